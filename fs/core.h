@@ -1,0 +1,57 @@
+/* core.h - the filesystem without FUSE: index, storage, counters, control.
+ *
+ * The FUSE adapter (ops.c) turns kernel requests into calls on a struct core
+ * and core results into replies; tools and tests drive the same core with no
+ * mount at all. A read travels: core_read() -> (cache, later issues) ->
+ * storage (io_uring). The core never calls into the adapter; the adapter
+ * learns of changes under the mount through the index's change callback.
+ */
+#ifndef EPOCHFS_CORE_H
+#define EPOCHFS_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "control.h"
+#include "index.h"
+#include "stats.h"
+#include "storage.h"
+
+struct core_opts {
+	const char *source;         /* the dataset directory */
+	unsigned scan_threads;      /* 0: default */
+	unsigned ring_depth;        /* 0: default */
+	int progress;               /* scan progress line on stderr */
+	int watch;                  /* follow changes with inotify */
+};
+
+struct core {
+	char *source;               /* absolute path of SOURCE */
+	int rootfd;
+	struct index *ix;
+	struct storage *st;
+	struct control *ctl;
+	struct watch *watch;
+	struct stats stats;
+};
+
+/* Opens and scans SOURCE and starts the storage reader. Returns 0 and *OUT or
+ * -errno; on failure a one-line reason naming SOURCE has been logged. */
+int core_open(const struct core_opts *o, struct core **out);
+void core_close(struct core *c);
+
+/* Done callback of core_read(): RES bytes in BUF, or -errno. */
+typedef void (*core_read_fn)(void *arg, ssize_t res, const void *buf);
+
+/* Reads up to LEN bytes at OFF of file ID as of generation GEN. Clamps to the
+ * file's size. -ESTALE when GEN is not the current generation or the file
+ * changed during the read; then the index is refreshed (after DONE ran). DONE
+ * is called exactly once, on this thread or the storage completion thread. */
+void core_read(struct core *c, uint32_t id, uint32_t gen, off_t off, size_t len,
+	       core_read_fn done, void *arg);
+
+/* All samples (counters and gauges) shown in .epochfs/; returns how many. */
+int core_samples(struct core *c, struct sample *out, int max);
+
+#endif

@@ -1,0 +1,680 @@
+/* ops.c - the FUSE operation table over struct core; see ops.h.
+ *
+ * DESIGN (figures in docs/design.md):
+ * - open() answers ENOSYS once (FUSE_CAP_NO_OPEN_SUPPORT): the kernel then
+ *   opens files itself with keep_cache and sends neither OPEN nor RELEASE,
+ *   and flush is unimplemented so FLUSH stops too. A warm file costs the
+ *   daemon nothing at all. --open restores per-open round trips.
+ * - opendir likewise (FUSE_CAP_NO_OPENDIR_SUPPORT): listings are cached.
+ * - Long entry/attr timeouts and negative entries; changes under the mount
+ *   arrive through the index's change callback, which invalidates the
+ *   kernel's dentry so the next lookup sees the new generation.
+ * - Reads are asynchronous: the handler queues the read in the core and
+ *   returns; the reply is sent from the storage completion thread.
+ * - The mount is "ro" (the kernel refuses writes before they reach us) and
+ *   every write-type operation answers EROFS as well.
+ */
+#define FUSE_USE_VERSION 312
+#include <errno.h>
+#include <fcntl.h>
+#include <fuse_lowlevel.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "ops.h"
+#include "path.h"
+
+struct ops_session {
+	struct ops_config cfg;
+	struct fuse_session *se;
+	struct core *c;
+	int log_fd;
+	int no_opendir;             /* kernel can skip OPENDIR */
+};
+
+#define GEN_MASK 0x7fffffffu
+
+static inline fuse_ino_t node_of(uint32_t id, uint32_t gen)
+{
+	return ((uint64_t)(gen & GEN_MASK) << 32) | id;
+}
+static inline uint32_t node_id(fuse_ino_t n)
+{
+	return (uint32_t)n;
+}
+static inline uint32_t node_gen(fuse_ino_t n)
+{
+	return (uint32_t)(n >> 32) & GEN_MASK;
+}
+
+static struct ops_session *S(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static void fill_stat(struct stat *st, const struct index_attr *a)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = a->id;
+	st->st_mode = a->mode;
+	st->st_nlink = S_ISDIR(a->mode) ? 2 : 1;
+	st->st_uid = a->uid;
+	st->st_gid = a->gid;
+	st->st_size = (off_t)a->v.size;
+	st->st_blksize = 128 * 1024;
+	st->st_blocks = (blkcnt_t)((a->v.size + 511) / 512);
+	st->st_mtim.tv_sec = a->v.mtime_ns / 1000000000;
+	st->st_mtim.tv_nsec = a->v.mtime_ns % 1000000000;
+	st->st_ctim.tv_sec = a->v.ctime_ns / 1000000000;
+	st->st_ctim.tv_nsec = a->v.ctime_ns % 1000000000;
+	st->st_atim = st->st_mtim;
+}
+
+static void fill_control_stat(struct stat *st, const struct control_attr *a)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = a->node & ~CONTROL_NODE_BIT;
+	st->st_mode = a->is_dir ? S_IFDIR | 0555 : S_IFREG | 0444;
+	st->st_nlink = a->is_dir ? 2 : 1;
+	st->st_size = (off_t)a->size;
+	st->st_blksize = 4096;
+	st->st_uid = getuid();
+	st->st_gid = getgid();
+}
+
+/* Fills E for index entry A; 0 or -errno. */
+static void entry_of(struct ops_session *s, const struct index_attr *a, struct fuse_entry_param *e)
+{
+	memset(e, 0, sizeof(*e));
+	e->ino = node_of(a->id, a->gen);
+	e->generation = a->gen;
+	fill_stat(&e->attr, a);
+	e->attr_timeout = s->cfg.timeout;
+	e->entry_timeout = s->cfg.timeout;
+}
+
+/* Resolves node N to an index entry that still exists in its generation. */
+static int node_attr(struct ops_session *s, fuse_ino_t n, struct index_attr *a)
+{
+	if (index_get(s->c->ix, node_id(n), a) < 0)
+		return -ENOENT;
+	if (a->gone || (!S_ISDIR(a->mode) && a->gen != node_gen(n)))
+		return -ESTALE;
+	return 0;
+}
+
+/* ---- metadata ---- */
+
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	struct ops_session *s = userdata;
+
+	if (conn->capable & FUSE_CAP_CACHE_SYMLINKS)
+		conn->want |= FUSE_CAP_CACHE_SYMLINKS;
+	s->no_opendir = (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT) != 0;
+	if (!(conn->capable & FUSE_CAP_NO_OPEN_SUPPORT) && !s->cfg.handle_open) {
+		log_warn("the kernel cannot skip open(); every open costs a round trip");
+		s->cfg.handle_open = 1;
+	}
+	conn->time_gran = 1;
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct ops_session *s = S(req);
+	struct fuse_entry_param e;
+	struct index_attr a;
+	uint32_t id;
+
+	stats_add(&s->c->stats, STAT_LOOKUPS, 1);
+	if (control_is_node(parent)) {
+		struct control_attr ca;
+		int err = control_lookup(s->c->ctl, parent, name, &ca);
+		if (err) {
+			fuse_reply_err(req, -err);
+			return;
+		}
+		memset(&e, 0, sizeof(e));
+		e.ino = ca.node;
+		fill_control_stat(&e.attr, &ca);
+		/* Timeouts 0: each open gets a fresh snapshot (control.h). */
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	if (parent == FUSE_ROOT_ID && !strcmp(name, CONTROL_DIR_NAME)) {
+		struct control_attr ca = { .node = CONTROL_DIR_NODE, .is_dir = 1 };
+		memset(&e, 0, sizeof(e));
+		e.ino = CONTROL_DIR_NODE;
+		fill_control_stat(&e.attr, &ca);
+		e.attr_timeout = e.entry_timeout = s->cfg.timeout;
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	id = index_lookup(s->c->ix, node_id(parent), name);
+	if (!id || index_get(s->c->ix, id, &a) < 0) {
+		/* Negative entry, cached by the kernel for the timeout. */
+		memset(&e, 0, sizeof(e));
+		e.entry_timeout = s->cfg.timeout;
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	entry_of(s, &a, &e);
+	fuse_reply_entry(req, &e);
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	/* Index entries live as long as the mount; only snapshots are freed. */
+	if (control_is_node(ino))
+		control_forget(S(req)->c->ctl, ino, nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *list)
+{
+	for (size_t i = 0; i < count; i++)
+		if (control_is_node(list[i].ino))
+			control_forget(S(req)->c->ctl, list[i].ino, list[i].nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct ops_session *s = S(req);
+	struct index_attr a;
+	struct stat st;
+	int err;
+
+	(void)fi;
+	if (control_is_node(ino)) {
+		struct control_attr ca;
+		err = control_getattr(s->c->ctl, ino, &ca);
+		if (err) {
+			fuse_reply_err(req, -err);
+			return;
+		}
+		fill_control_stat(&st, &ca);
+		fuse_reply_attr(req, &st, ca.is_dir ? s->cfg.timeout : 0);
+		return;
+	}
+	err = node_attr(s, ino, &a);
+	if (err) {
+		fuse_reply_err(req, -err);
+		return;
+	}
+	fill_stat(&st, &a);
+	fuse_reply_attr(req, &st, s->cfg.timeout);
+}
+
+static void op_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	struct ops_session *s = S(req);
+	struct index_attr a;
+	char path[4096], target[4096];
+	ssize_t n;
+	int err, pfd;
+
+	err = control_is_node(ino) ? -EINVAL : node_attr(s, ino, &a);
+	if (!err && !S_ISLNK(a.mode))
+		err = -EINVAL;
+	if (!err)
+		err = index_path(s->c->ix, a.parent, path, sizeof(path));
+	if (err < 0) {
+		fuse_reply_err(req, -err);
+		return;
+	}
+	/* The link is read, never followed: its text goes to the reader's
+	 * kernel, which resolves it in the reader's namespace. */
+	pfd = path_open_beneath(s->c->rootfd, path, O_PATH | O_DIRECTORY);
+	if (pfd < 0) {
+		fuse_reply_err(req, pfd == -ENOENT ? ESTALE : -pfd);
+		return;
+	}
+	n = readlinkat(pfd, index_name(s->c->ix, a.id), target, sizeof(target) - 1);
+	err = n < 0 ? errno : 0;
+	close(pfd);
+	if (err) {
+		fuse_reply_err(req, err);
+		return;
+	}
+	target[n] = '\0';
+	fuse_reply_readlink(req, target);
+}
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct statvfs sv;
+
+	(void)ino;
+	if (fstatvfs(S(req)->c->rootfd, &sv) < 0) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	sv.f_flag |= ST_RDONLY;
+	fuse_reply_statfs(req, &sv);
+}
+
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	(void)ino, (void)name, (void)size;
+	fuse_reply_err(req, ENODATA);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	(void)ino;
+	if (size == 0)
+		fuse_reply_xattr(req, 0);
+	else
+		fuse_reply_buf(req, NULL, 0);
+}
+
+static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
+{
+	(void)ino;
+	fuse_reply_err(req, (mask & W_OK) ? EROFS : 0);
+}
+
+/* ---- files ---- */
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct ops_session *s = S(req);
+	struct index_attr a;
+	int err;
+
+	if (!s->cfg.handle_open) {
+		/* Valid replies: ENOSYS here makes the kernel stop sending OPEN
+		 * (and RELEASE) for good; it keeps the page cache by default. */
+		fuse_reply_err(req, ENOSYS);
+		return;
+	}
+	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	if (control_is_node(ino)) {
+		fi->direct_io = 1;
+		fuse_reply_open(req, fi);
+		return;
+	}
+	err = node_attr(s, ino, &a);
+	if (err) {
+		fuse_reply_err(req, -err);
+		return;
+	}
+	fi->keep_cache = 1;
+	fi->noflush = 1;
+	fuse_reply_open(req, fi);
+}
+
+static void read_done(void *arg, ssize_t res, const void *buf)
+{
+	fuse_req_t req = arg;
+
+	if (res < 0)
+		fuse_reply_err(req, res == -ESTALE ? EIO : (int)-res);
+	else
+		fuse_reply_buf(req, buf, (size_t)res);
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct ops_session *s = S(req);
+
+	(void)fi;
+	if (control_is_node(ino)) {
+		char *buf = malloc(size ? size : 1);
+		ssize_t n = buf ? control_read(s->c->ctl, ino, buf, size, off) : -ENOMEM;
+		if (n < 0)
+			fuse_reply_err(req, (int)-n);
+		else
+			fuse_reply_buf(req, buf, (size_t)n);
+		free(buf);
+		return;
+	}
+	/* Valid replies: fuse_reply_buf or fuse_reply_err, from read_done(),
+	 * maybe on the storage completion thread. */
+	core_read(s->c, node_id(ino), node_gen(ino), off, size, read_done, req);
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino, (void)fi;
+	fuse_reply_err(req, 0);
+}
+
+/* ---- directories ---- */
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	if (S(req)->no_opendir) {
+		fuse_reply_err(req, ENOSYS);
+		return;
+	}
+	fi->cache_readdir = 1;
+	fi->keep_cache = 1;
+	fuse_reply_open(req, fi);
+}
+
+static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino, (void)fi;
+	fuse_reply_err(req, 0);
+}
+
+/* Offsets: 1 is ".", 2 is "..", child at position P is P + 3. */
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, int plus)
+{
+	struct ops_session *s = S(req);
+	struct index *ix = s->c->ix;
+	struct index_attr dir;
+	char *buf;
+	size_t used = 0;
+	int err = 0;
+
+	if (control_is_node(ino)) {
+		if (ino != CONTROL_DIR_NODE) {
+			fuse_reply_err(req, ENOTDIR);
+			return;
+		}
+		dir.nchildren = CONTROL__FILES;
+	} else {
+		err = node_attr(s, ino, &dir);
+		if (!err && !S_ISDIR(dir.mode))
+			err = -ENOTDIR;
+		if (err) {
+			fuse_reply_err(req, -err);
+			return;
+		}
+	}
+	buf = malloc(size);
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	for (off_t pos = off; pos < (off_t)dir.nchildren + 2; pos++) {
+		struct fuse_entry_param e;
+		const char *name;
+		size_t n;
+
+		memset(&e, 0, sizeof(e));
+		if (pos < 2) {
+			name = pos == 0 ? "." : "..";
+			e.attr.st_mode = S_IFDIR;
+			e.attr.st_ino = pos == 0 ? (ino & 0xffffffffu) : 1;
+		} else if (control_is_node(ino)) {
+			name = control_dirent(s->c->ctl, ino, (unsigned)(pos - 2));
+			e.attr.st_mode = S_IFREG | 0444;
+			e.attr.st_ino = (fuse_ino_t)(pos + 1);
+			/* e.ino stays 0: the kernel makes no inode, so no
+			 * snapshot is rendered for a mere listing. */
+		} else {
+			uint32_t id = index_child(ix, dir.id, (uint32_t)(pos - 2));
+			struct index_attr a;
+			if (!id || index_get(ix, id, &a) < 0 || a.gone)
+				continue;
+			name = index_name(ix, id);
+			if (plus)
+				entry_of(s, &a, &e);
+			else
+				fill_stat(&e.attr, &a);
+		}
+		if (plus)
+			n = fuse_add_direntry_plus(req, buf + used, size - used, name, &e, pos + 1);
+		else
+			n = fuse_add_direntry(req, buf + used, size - used, name, &e.attr, pos + 1);
+		if (n > size - used)
+			break;
+		used += n;
+	}
+	fuse_reply_buf(req, buf, used);
+	free(buf);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	(void)fi;
+	do_readdir(req, ino, size, off, 0);
+}
+
+static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+			   struct fuse_file_info *fi)
+{
+	(void)fi;
+	do_readdir(req, ino, size, off, 1);
+}
+
+/* ---- everything that would write: EROFS ---- */
+
+static void erofs(fuse_req_t req)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+		       struct fuse_file_info *fi)
+{
+	(void)ino, (void)attr, (void)to_set, (void)fi;
+	erofs(req);
+}
+
+static void op_mknod(fuse_req_t req, fuse_ino_t p, const char *n, mode_t m, dev_t d)
+{
+	(void)p, (void)n, (void)m, (void)d;
+	erofs(req);
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t p, const char *n, mode_t m)
+{
+	(void)p, (void)n, (void)m;
+	erofs(req);
+}
+
+static void op_unlink(fuse_req_t req, fuse_ino_t p, const char *n)
+{
+	(void)p, (void)n;
+	erofs(req);
+}
+
+static void op_symlink(fuse_req_t req, const char *l, fuse_ino_t p, const char *n)
+{
+	(void)l, (void)p, (void)n;
+	erofs(req);
+}
+
+static void op_rename(fuse_req_t req, fuse_ino_t p, const char *n, fuse_ino_t np,
+		      const char *nn, unsigned int flags)
+{
+	(void)p, (void)n, (void)np, (void)nn, (void)flags;
+	erofs(req);
+}
+
+static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t np, const char *nn)
+{
+	(void)ino, (void)np, (void)nn;
+	erofs(req);
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *b, size_t sz, off_t off,
+		     struct fuse_file_info *fi)
+{
+	(void)ino, (void)b, (void)sz, (void)off, (void)fi;
+	erofs(req);
+}
+
+static void op_create(fuse_req_t req, fuse_ino_t p, const char *n, mode_t m,
+		      struct fuse_file_info *fi)
+{
+	(void)p, (void)n, (void)m, (void)fi;
+	erofs(req);
+}
+
+static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *n, const char *v,
+			size_t sz, int flags)
+{
+	(void)ino, (void)n, (void)v, (void)sz, (void)flags;
+	erofs(req);
+}
+
+static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *n)
+{
+	(void)ino, (void)n;
+	erofs(req);
+}
+
+static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
+			 struct fuse_file_info *fi)
+{
+	(void)ino, (void)mode, (void)off, (void)len, (void)fi;
+	erofs(req);
+}
+
+static const struct fuse_lowlevel_ops ops = {
+	.init = op_init,
+	.lookup = op_lookup,
+	.forget = op_forget,
+	.forget_multi = op_forget_multi,
+	.getattr = op_getattr,
+	.readlink = op_readlink,
+	.open = op_open,
+	.read = op_read,
+	.release = op_release,
+	.opendir = op_opendir,
+	.readdir = op_readdir,
+	.readdirplus = op_readdirplus,
+	.releasedir = op_releasedir,
+	.statfs = op_statfs,
+	.getxattr = op_getxattr,
+	.listxattr = op_listxattr,
+	.access = op_access,
+	.setattr = op_setattr,
+	.mknod = op_mknod,
+	.mkdir = op_mkdir,
+	.unlink = op_unlink,
+	.rmdir = op_unlink,
+	.symlink = op_symlink,
+	.rename = op_rename,
+	.link = op_link,
+	.write = op_write,
+	.create = op_create,
+	.setxattr = op_setxattr,
+	.removexattr = op_removexattr,
+	.fallocate = op_fallocate,
+	/* .flush left out on purpose: ENOSYS once, then the kernel stops
+	 * sending FLUSH on every close(). */
+};
+
+/* ---- changes under the mount ---- */
+
+static void on_change(void *arg, uint32_t id, uint32_t parent, const char *name, uint32_t old_gen)
+{
+	struct ops_session *s = arg;
+
+	(void)id, (void)old_gen;
+	stats_add(&s->c->stats, STAT_CHANGES, 1);
+	/* Drop the kernel's dentry: the next lookup returns the new
+	 * generation's node (an empty page cache) or ENOENT. Readers of the
+	 * old node keep the pages they have, all from the old version. */
+	fuse_lowlevel_notify_inval_entry(s->se, node_of(parent, 0), name, strlen(name));
+}
+
+/* ---- session ---- */
+
+int ops_session_new(const struct ops_config *cfg, struct ops_session **out)
+{
+	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+	struct ops_session *s;
+	char opts[1400];
+
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->cfg = *cfg;
+	s->log_fd = -1;
+	snprintf(opts, sizeof(opts), "ro,default_permissions,fsname=epochfs,subtype=epochfs%s%s",
+		 cfg->fuse_opts && cfg->fuse_opts[0] ? "," : "", cfg->fuse_opts ? cfg->fuse_opts : "");
+	if (fuse_opt_add_arg(&args, "epochfs") || fuse_opt_add_arg(&args, "-o") ||
+	    fuse_opt_add_arg(&args, opts) || (cfg->debug && fuse_opt_add_arg(&args, "-d"))) {
+		fuse_opt_free_args(&args);
+		free(s);
+		return -ENOMEM;
+	}
+	s->se = fuse_session_new(&args, &ops, sizeof(ops), s);
+	fuse_opt_free_args(&args);
+	if (!s->se) {
+		free(s);
+		return -EINVAL;
+	}
+	if (cfg->log_file) {
+		s->log_fd = open(cfg->log_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		if (s->log_fd < 0) {
+			int err = -errno;
+			log_error("%s: cannot open log file: %s", cfg->log_file, strerror(-err));
+			fuse_session_destroy(s->se);
+			free(s);
+			return err;
+		}
+	}
+	*out = s;
+	return 0;
+}
+
+int ops_session_run(struct ops_session *s, struct core *c)
+{
+	struct fuse_loop_config *lc;
+	int ret;
+
+	s->c = c;
+	if (fuse_set_signal_handlers(s->se) != 0)
+		return -EIO;
+	if (fuse_session_mount(s->se, s->cfg.mountpoint) != 0) {
+		fuse_remove_signal_handlers(s->se);
+		return -EIO;
+	}
+	index_set_change_cb(c->ix, on_change, s);
+	if (!s->cfg.foreground) {
+		fuse_daemonize(0);
+		if (s->log_fd >= 0)
+			dup2(s->log_fd, STDERR_FILENO);
+	}
+	lc = fuse_loop_cfg_create();
+	if (!lc) {
+		ret = -ENOMEM;
+	} else {
+		fuse_loop_cfg_set_clone_fd(lc, 1);
+		fuse_loop_cfg_set_max_threads(lc, s->cfg.threads);
+		fuse_loop_cfg_set_idle_threads(lc, s->cfg.threads);
+		ret = fuse_session_loop_mt(s->se, lc);
+		fuse_loop_cfg_destroy(lc);
+		/* A signal is a requested, clean end. */
+		if (ret == SIGINT || ret == SIGTERM || ret == SIGHUP || ret == -SIGINT ||
+		    ret == -SIGTERM || ret == -SIGHUP)
+			ret = 0;
+		else if (ret > 0)
+			ret = -EIO;
+	}
+	index_set_change_cb(c->ix, NULL, NULL);
+	fuse_session_unmount(s->se);
+	fuse_remove_signal_handlers(s->se);
+	return ret;
+}
+
+void ops_session_free(struct ops_session *s)
+{
+	if (!s)
+		return;
+	fuse_session_destroy(s->se);
+	if (s->log_fd >= 0)
+		close(s->log_fd);
+	free(s);
+}

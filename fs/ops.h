@@ -1,0 +1,37 @@
+/* ops.h - the FUSE adapter: mounts a struct core and serves it.
+ *
+ * The only module that includes fuse_lowlevel.h. It maps kernel requests to
+ * core calls and core results to replies, exactly one reply per request.
+ * Node numbers: an index entry ID at generation GEN is node (GEN << 32) | ID,
+ * so a file that changed under the mount gets a new kernel inode (and an
+ * empty page cache) while readers of the old one keep consistent bytes or
+ * get EIO; control files use CONTROL_NODE_BIT (control.h).
+ */
+#ifndef EPOCHFS_OPS_H
+#define EPOCHFS_OPS_H
+
+#include "core.h"
+
+struct ops_config {
+	const char *mountpoint;
+	const char *fuse_opts;      /* user's -o options, may be "" */
+	const char *log_file;       /* NULL: messages go nowhere once detached */
+	double timeout;
+	unsigned threads;
+	int foreground, debug;
+	int handle_open;
+};
+
+struct ops_session;
+
+/* Checks the FUSE options and prepares a session; mounts nothing. Returns 0
+ * and *OUT, or -EINVAL after libfuse printed what it did not like. */
+int ops_session_new(const struct ops_config *cfg, struct ops_session **out);
+
+/* Mounts, detaches unless foreground, serves C until unmounted or a
+ * SIGINT/SIGTERM/SIGHUP arrives, then unmounts. Returns 0 on a clean end,
+ * or -errno (mount failed: nothing is left mounted). */
+int ops_session_run(struct ops_session *s, struct core *c);
+void ops_session_free(struct ops_session *s);
+
+#endif

@@ -1,0 +1,163 @@
+/* options.c - see options.h. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "options.h"
+
+enum {
+	OPT_THREADS = 256, OPT_SCAN_THREADS, OPT_TIMEOUT, OPT_NO_WATCH, OPT_OPEN, OPT_LOG,
+};
+
+static const struct option longopts[] = {
+	{ "foreground", no_argument, NULL, 'f' },
+	{ "debug", no_argument, NULL, 'd' },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'V' },
+	{ "threads", required_argument, NULL, OPT_THREADS },
+	{ "scan-threads", required_argument, NULL, OPT_SCAN_THREADS },
+	{ "timeout", required_argument, NULL, OPT_TIMEOUT },
+	{ "no-watch", no_argument, NULL, OPT_NO_WATCH },
+	{ "open", no_argument, NULL, OPT_OPEN },
+	{ "log", required_argument, NULL, OPT_LOG },
+	{ NULL, 0, NULL, 0 },
+};
+
+void options_usage(void *fp, const char *prog)
+{
+	FILE *f = fp;
+
+	fprintf(f,
+		"usage: %s [OPTIONS] SOURCE MOUNTPOINT\n"
+		"\n"
+		"Presents the dataset directory SOURCE read-only at MOUNTPOINT, tuned for\n"
+		"deep-learning training: every epoch reads each file once in random order.\n"
+		"Counters are in MOUNTPOINT/.epochfs/stats.json and .epochfs/metrics.\n"
+		"\n"
+		"options:\n"
+		"  -f, --foreground     stay in the foreground (default: become a daemon)\n"
+		"  -d, --debug          print every FUSE request (implies -f)\n"
+		"  -o OPT[,OPT...]      mount options for FUSE, e.g. allow_other, auto_unmount\n"
+		"      --threads N      FUSE worker threads at most (default %u)\n"
+		"      --scan-threads N threads for the mount-time scan (default: 4 per CPU)\n"
+		"      --timeout SEC    how long the kernel may cache names and attributes\n"
+		"                       (default %.0f; local changes are noticed at once)\n"
+		"      --no-watch       do not watch SOURCE for changes (inotify)\n"
+		"      --open           answer open() in the daemon instead of letting the\n"
+		"                       kernel skip it (slower; for comparisons)\n"
+		"      --log FILE       where the daemon writes its messages once detached\n"
+		"  -h, --help           print this help\n"
+		"  -V, --version        print the version\n",
+		prog, OPTIONS_DEFAULT_THREADS, OPTIONS_DEFAULT_TIMEOUT);
+}
+
+int options_parse_uint(const char *s, unsigned min, unsigned max, unsigned *out)
+{
+	unsigned long v;
+	char *end;
+
+	if (!s || !*s || *s == '-' || *s == '+')
+		return -EINVAL;
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || *end || v < min || v > max)
+		return -EINVAL;
+	*out = (unsigned)v;
+	return 0;
+}
+
+static int parse_seconds(const char *s, double *out)
+{
+	char *end;
+	double v;
+
+	if (!s || !*s)
+		return -EINVAL;
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || *end || !(v >= 0) || v > 1e9)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+#define FAIL(...) do { snprintf(err, errlen, __VA_ARGS__); return -EINVAL; } while (0)
+
+int options_parse(int argc, char **argv, struct options *o, char *err, size_t errlen)
+{
+	int c;
+
+	memset(o, 0, sizeof(*o));
+	o->timeout = OPTIONS_DEFAULT_TIMEOUT;
+	o->threads = OPTIONS_DEFAULT_THREADS;
+	o->watch = 1;
+	err[0] = '\0';
+	optind = 0;                 /* full re-initialisation, so tests can call us again */
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "+:fdhVo:", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'f':
+			o->foreground = 1;
+			break;
+		case 'd':
+			o->debug = o->foreground = 1;
+			break;
+		case 'h':
+			o->help = 1;
+			return 0;
+		case 'V':
+			o->version = 1;
+			return 0;
+		case 'o': {
+			size_t used = strlen(o->fuse_opts), n = strlen(optarg);
+			if (!n || optarg[0] == ',' || optarg[n - 1] == ',' || strstr(optarg, ",,"))
+				FAIL("-o %s: empty mount option", optarg);
+			if (used + n + 2 > sizeof(o->fuse_opts))
+				FAIL("-o: too many mount options");
+			if (used)
+				o->fuse_opts[used++] = ',';
+			memcpy(o->fuse_opts + used, optarg, n + 1);
+			break;
+		}
+		case OPT_THREADS:
+			if (options_parse_uint(optarg, 1, 1024, &o->threads))
+				FAIL("--threads %s: expected a number from 1 to 1024", optarg);
+			break;
+		case OPT_SCAN_THREADS:
+			if (options_parse_uint(optarg, 1, 1024, &o->scan_threads))
+				FAIL("--scan-threads %s: expected a number from 1 to 1024", optarg);
+			break;
+		case OPT_TIMEOUT:
+			if (parse_seconds(optarg, &o->timeout))
+				FAIL("--timeout %s: expected seconds (a number >= 0)", optarg);
+			break;
+		case OPT_NO_WATCH:
+			o->watch = 0;
+			break;
+		case OPT_OPEN:
+			o->handle_open = 1;
+			break;
+		case OPT_LOG:
+			o->log_file = optarg;
+			break;
+		case ':':
+			FAIL("%s: missing argument", argv[optind - 1]);
+		default:
+			if (optopt)
+				FAIL("-%c: unknown option (see --help)", optopt);
+			FAIL("%s: unknown option (see --help)", argv[optind - 1]);
+		}
+	}
+	if (argc - optind < 2)
+		FAIL(argc - optind == 1 ? "missing MOUNTPOINT (see --help)"
+					: "missing SOURCE and MOUNTPOINT (see --help)");
+	if (argc - optind > 2)
+		FAIL("%s: unexpected argument (options go before SOURCE)", argv[optind + 2]);
+	o->source = argv[optind];
+	o->mountpoint = argv[optind + 1];
+	if (!o->source[0] || !o->mountpoint[0])
+		FAIL("SOURCE and MOUNTPOINT must not be empty");
+	return 0;
+}

@@ -1,0 +1,40 @@
+/* options.h - the daemon's command line, parsed without side effects.
+ *
+ * options_parse() only reads argv and fills struct options; it prints nothing
+ * and never exits, so the unit tests can feed it anything. main() prints the
+ * message it returns and decides what to do.
+ */
+#ifndef EPOCHFS_OPTIONS_H
+#define EPOCHFS_OPTIONS_H
+
+#include <stddef.h>
+
+struct options {
+	const char *source;
+	const char *mountpoint;
+	char fuse_opts[1024];       /* -o values joined with ',' */
+	const char *log_file;
+	double timeout;             /* entry/attr timeout, seconds */
+	unsigned threads;           /* FUSE worker threads at most */
+	unsigned scan_threads;      /* 0: default */
+	int foreground, debug;
+	int watch;                  /* follow changes with inotify */
+	int handle_open;            /* answer open() in the daemon (no FUSE no_open) */
+	int help, version;
+};
+
+#define OPTIONS_DEFAULT_TIMEOUT 3600.0
+#define OPTIONS_DEFAULT_THREADS 8u
+
+/* Returns 0, or -EINVAL with a one-line reason (no program name, no
+ * newline) in ERR. With -h/-V it returns 0 and sets help/version; SOURCE
+ * and MOUNTPOINT are then not required. */
+int options_parse(int argc, char **argv, struct options *o, char *err, size_t errlen);
+
+/* Writes the --help text to F (a FILE *, void to keep stdio out of here). */
+void options_usage(void *f, const char *prog);
+
+/* Parses a decimal count in [MIN, MAX]; 0 or -EINVAL. */
+int options_parse_uint(const char *s, unsigned min, unsigned max, unsigned *out);
+
+#endif

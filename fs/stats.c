@@ -1,0 +1,115 @@
+/* stats.c - see stats.h. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "stats.h"
+
+static const struct {
+	const char *name, *help;
+} stat_info[STAT__COUNT] = {
+	[STAT_READS] = { "reads", "Read requests answered by the daemon" },
+	[STAT_READ_BYTES] = { "read_bytes", "Bytes returned to readers by the daemon" },
+	[STAT_READ_ERRORS] = { "read_errors", "Read requests answered with an error" },
+	[STAT_STALE_READS] = { "stale_reads", "Reads refused because the backing file changed" },
+	[STAT_LOOKUPS] = { "lookups", "Name lookups answered" },
+	[STAT_CHANGES] = { "changes", "Backing entries seen changed or removed" },
+};
+
+static double mono(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+void stats_init(struct stats *s)
+{
+	memset(s, 0, sizeof(*s));
+	s->start = mono();
+}
+
+uint64_t stats_get(const struct stats *s, enum stat_id id)
+{
+	return __atomic_load_n(&s->c[id], __ATOMIC_RELAXED);
+}
+
+double stats_uptime(const struct stats *s)
+{
+	return mono() - s->start;
+}
+
+int stats_samples(const struct stats *s, struct sample *out, int max)
+{
+	int n = 0;
+
+	for (int i = 0; i < STAT__COUNT && n < max; i++, n++) {
+		out[n] = (struct sample){ .name = stat_info[i].name, .help = stat_info[i].help,
+					  .kind = SAMPLE_COUNTER,
+					  .u = stats_get(s, (enum stat_id)i) };
+	}
+	return n;
+}
+
+struct out {
+	char *buf;
+	size_t len, used;
+	int full;
+};
+
+static void put(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(struct out *o, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (o->full)
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(o->buf + o->used, o->len - o->used, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= o->len - o->used)
+		o->full = 1;
+	else
+		o->used += (size_t)n;
+}
+
+static void put_value(struct out *o, const struct sample *v)
+{
+	if (v->is_float)
+		put(o, "%.3f", v->d);
+	else
+		put(o, "%llu", (unsigned long long)v->u);
+}
+
+int stats_render_json(const struct sample *v, int n, char *buf, size_t len)
+{
+	struct out o = { buf, len, 0, len == 0 };
+
+	put(&o, "{");
+	for (int i = 0; i < n; i++) {
+		put(&o, "%s\"%s\": ", i ? ", " : "", v[i].name);
+		put_value(&o, &v[i]);
+	}
+	put(&o, "}\n");
+	return o.full ? -ENOSPC : (int)o.used;
+}
+
+int stats_render_prom(const struct sample *v, int n, char *buf, size_t len)
+{
+	struct out o = { buf, len, 0, len == 0 };
+
+	for (int i = 0; i < n; i++) {
+		const char *sfx = v[i].kind == SAMPLE_COUNTER ? "_total" : "";
+		put(&o, "# HELP epochfs_%s%s %s\n", v[i].name, sfx, v[i].help);
+		put(&o, "# TYPE epochfs_%s%s %s\n", v[i].name, sfx,
+		    v[i].kind == SAMPLE_COUNTER ? "counter" : "gauge");
+		put(&o, "epochfs_%s%s ", v[i].name, sfx);
+		put_value(&o, &v[i]);
+		put(&o, "\n");
+	}
+	return o.full ? -ENOSPC : (int)o.used;
+}

@@ -1,0 +1,57 @@
+/* stats.h - the daemon's counters and their two renderings.
+ *
+ * Counters are incremented at the one place where their event happens
+ * (stats_add, a relaxed atomic add). What users see is a list of samples:
+ * these counters plus gauges other modules supply (index totals, storage
+ * bytes). The same list renders as one JSON object (.epochfs/stats.json) and
+ * as Prometheus text exposition (.epochfs/metrics), so the two never drift.
+ */
+#ifndef EPOCHFS_STATS_H
+#define EPOCHFS_STATS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum stat_id {
+	STAT_READS,             /* read requests answered by the daemon */
+	STAT_READ_BYTES,        /* bytes returned to readers by the daemon */
+	STAT_READ_ERRORS,       /* read requests answered with an error */
+	STAT_STALE_READS,       /* reads refused: the backing file changed */
+	STAT_LOOKUPS,           /* name lookups */
+	STAT_CHANGES,           /* backing entries seen changed or gone */
+	STAT__COUNT
+};
+
+struct stats {
+	uint64_t c[STAT__COUNT];
+	double start;           /* CLOCK_MONOTONIC seconds at stats_init */
+};
+
+void stats_init(struct stats *s);
+static inline void stats_add(struct stats *s, enum stat_id id, uint64_t n)
+{
+	__atomic_add_fetch(&s->c[id], n, __ATOMIC_RELAXED);
+}
+uint64_t stats_get(const struct stats *s, enum stat_id id);
+double stats_uptime(const struct stats *s);
+
+enum sample_kind { SAMPLE_COUNTER, SAMPLE_GAUGE };
+
+struct sample {
+	const char *name;       /* JSON key; Prometheus name is epochfs_NAME[_total] */
+	const char *help;
+	enum sample_kind kind;
+	int is_float;
+	uint64_t u;
+	double d;
+};
+
+/* Appends the counters of S to OUT (room for at most MAX); returns how many. */
+int stats_samples(const struct stats *s, struct sample *out, int max);
+
+/* Render N samples into BUF (size LEN). Return the length written (without
+ * the NUL), or -ENOSPC if BUF is too small. */
+int stats_render_json(const struct sample *v, int n, char *buf, size_t len);
+int stats_render_prom(const struct sample *v, int n, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs the Debian packages epochfs needs to build and test, and only those
+# that are missing. Called by make when a pkg-config check fails; safe to run
+# by hand. Where it cannot install (not root, no apt-get) it prints the command
+# to run instead and exits non-zero.
+set -eu
+
+pkgs="build-essential pkg-config libfuse3-dev fuse3 liburing-dev libxxhash-dev
+      libturbojpeg0-dev libcriterion-dev libsodium-dev fio python3"
+[ "${EPOCHFS_DEPS_EXTRA:-}" ] && pkgs="$pkgs $EPOCHFS_DEPS_EXTRA"
+
+missing=""
+for p in $pkgs; do
+	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
+		missing="$missing $p"
+	fi
+done
+[ -z "$missing" ] && exit 0
+
+echo "epochfs: installing missing packages:$missing" >&2
+if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+	echo "epochfs: cannot install as $(id -un); run: sudo apt-get install -y$missing" >&2
+	exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+# Only refresh the package lists when an install fails for lack of them.
+apt-get install -y -q --no-install-recommends $missing >/dev/null 2>&1 || {
+	apt-get update -q >/dev/null
+	apt-get install -y -q --no-install-recommends $missing
+}
