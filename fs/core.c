@@ -32,6 +32,8 @@ int core_open(const struct core_opts *o, struct core **out)
 	if (!c)
 		return -ENOMEM;
 	c->rootfd = -1;
+	c->opts = *o;
+	c->opts.source = NULL;
 	stats_init(&c->stats);
 	c->source = realpath(o->source, NULL);
 	if (!c->source) {
@@ -53,15 +55,25 @@ int core_open(const struct core_opts *o, struct core **out)
 		log_error("%s: cannot scan: %s", o->source, strerror(-err));
 		goto fail;
 	}
-	err = storage_new(c->rootfd, o->ring_depth, &c->st);
-	if (err < 0) {
-		log_error("cannot set up io_uring: %s", strerror(-err));
-		goto fail;
-	}
 	err = control_new(core_render, c, &c->ctl);
 	if (err < 0)
 		goto fail;
-	if (o->watch) {
+	*out = c;
+	return 0;
+fail:
+	core_close(c);
+	return err;
+}
+
+int core_start(struct core *c)
+{
+	int err = storage_new(c->rootfd, c->opts.ring_depth, &c->st);
+
+	if (err < 0) {
+		log_error("cannot set up io_uring: %s", strerror(-err));
+		return err;
+	}
+	if (c->opts.watch) {
 		err = watch_start(c->ix, c->source, &c->watch);
 		if (err < 0) {
 			log_warn("cannot watch %s for changes (%s); changes are seen only through "
@@ -69,11 +81,7 @@ int core_open(const struct core_opts *o, struct core **out)
 			c->watch = NULL;
 		}
 	}
-	*out = c;
 	return 0;
-fail:
-	core_close(c);
-	return err;
 }
 
 void core_close(struct core *c)

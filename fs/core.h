@@ -34,11 +34,17 @@ struct core {
 	struct control *ctl;
 	struct watch *watch;
 	struct stats stats;
+	struct core_opts opts;
 };
 
-/* Opens and scans SOURCE and starts the storage reader. Returns 0 and *OUT or
- * -errno; on failure a one-line reason naming SOURCE has been logged. */
+/* Opens and scans SOURCE (its threads are joined before it returns).
+ * Returns 0 and *OUT or -errno; on failure a one-line reason naming SOURCE
+ * has been logged. */
 int core_open(const struct core_opts *o, struct core **out);
+/* Starts the long-lived threads: the io_uring reader and the change watcher.
+ * Separate from core_open() so a daemon can fork in between (fork keeps one
+ * thread). Reads need it. Returns 0 or -errno (logged). */
+int core_start(struct core *c);
 void core_close(struct core *c);
 
 /* Done callback of core_read(): RES bytes in BUF, or -errno. */

@@ -71,7 +71,7 @@ static int64_t ts_ns(const struct timespec *t)
 static void version_of(const struct stat *st, struct index_version *v)
 {
 	v->ino = st->st_ino;
-	v->size = S_ISDIR(st->st_mode) ? 0 : (uint64_t)st->st_size;
+	v->size = (uint64_t)st->st_size;
 	v->mtime_ns = ts_ns(&st->st_mtim);
 	v->ctime_ns = ts_ns(&st->st_ctim);
 }

@@ -648,14 +648,15 @@ int ops_session_run(struct ops_session *s, struct core *c)
 			dup2(s->log_fd, STDERR_FILENO);
 	}
 	lc = fuse_loop_cfg_create();
-	if (!lc) {
+	if (core_start(c) < 0) {
+		ret = -EIO;
+	} else if (!lc) {
 		ret = -ENOMEM;
 	} else {
 		fuse_loop_cfg_set_clone_fd(lc, 1);
 		fuse_loop_cfg_set_max_threads(lc, s->cfg.threads);
 		fuse_loop_cfg_set_idle_threads(lc, s->cfg.threads);
 		ret = fuse_session_loop_mt(s->se, lc);
-		fuse_loop_cfg_destroy(lc);
 		/* A signal is a requested, clean end. */
 		if (ret == SIGINT || ret == SIGTERM || ret == SIGHUP || ret == -SIGINT ||
 		    ret == -SIGTERM || ret == -SIGHUP)
@@ -663,6 +664,8 @@ int ops_session_run(struct ops_session *s, struct core *c)
 		else if (ret > 0)
 			ret = -EIO;
 	}
+	if (lc)
+		fuse_loop_cfg_destroy(lc);
 	index_set_change_cb(c->ix, NULL, NULL);
 	fuse_session_unmount(s->se);
 	fuse_remove_signal_handlers(s->se);

@@ -28,9 +28,10 @@ struct ops_session;
  * and *OUT, or -EINVAL after libfuse printed what it did not like. */
 int ops_session_new(const struct ops_config *cfg, struct ops_session **out);
 
-/* Mounts, detaches unless foreground, serves C until unmounted or a
- * SIGINT/SIGTERM/SIGHUP arrives, then unmounts. Returns 0 on a clean end,
- * or -errno (mount failed: nothing is left mounted). */
+/* Mounts, detaches unless foreground (fuse_daemonize: the parent exits once
+ * the mount is up), calls core_start(C) in the process that stays, serves
+ * until unmounted or a SIGINT/SIGTERM/SIGHUP arrives, then unmounts.
+ * Returns 0 on a clean end, or -errno (nothing is left mounted). */
 int ops_session_run(struct ops_session *s, struct core *c);
 void ops_session_free(struct ops_session *s);
 

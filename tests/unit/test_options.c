@@ -1,0 +1,103 @@
+/* Unit tests of the command line. */
+#include <criterion/criterion.h>
+#include <errno.h>
+
+#include "options.h"
+
+static int parse(struct options *o, char *err, ...)
+{
+	char *argv[32] = { (char *)"epochfs" };
+	int argc = 1;
+	va_list ap;
+	char *a;
+
+	va_start(ap, err);
+	while ((a = va_arg(ap, char *)))
+		argv[argc++] = a;
+	va_end(ap);
+	return options_parse(argc, argv, o, err, 256);
+}
+
+Test(options, defaults)
+{
+	struct options o;
+	char err[256];
+
+	cr_assert_eq(parse(&o, err, "src", "mnt", NULL), 0);
+	cr_expect_str_eq(o.source, "src");
+	cr_expect_str_eq(o.mountpoint, "mnt");
+	cr_expect_eq(o.threads, OPTIONS_DEFAULT_THREADS);
+	cr_expect_eq(o.timeout, OPTIONS_DEFAULT_TIMEOUT);
+	cr_expect(o.watch);
+	cr_expect(!o.foreground);
+	cr_expect_str_eq(o.fuse_opts, "");
+}
+
+Test(options, all_options)
+{
+	struct options o;
+	char err[256];
+
+	cr_assert_eq(parse(&o, err, "-d", "-o", "allow_other", "-o", "auto_unmount,max_read=65536",
+			   "--threads", "3", "--timeout", "0.5", "--no-watch", "--open",
+			   "--scan-threads=5", "--log", "/tmp/l", "s", "m", NULL), 0, "%s", err);
+	cr_expect(o.debug && o.foreground);
+	cr_expect_str_eq(o.fuse_opts, "allow_other,auto_unmount,max_read=65536");
+	cr_expect_eq(o.threads, 3);
+	cr_expect_eq(o.scan_threads, 5);
+	cr_expect_eq(o.timeout, 0.5);
+	cr_expect(!o.watch);
+	cr_expect(o.handle_open);
+	cr_expect_str_eq(o.log_file, "/tmp/l");
+}
+
+Test(options, errors_are_named)
+{
+	struct options o;
+	char err[256];
+
+	cr_expect_eq(parse(&o, err, NULL), -EINVAL);
+	cr_expect_str_eq(err, "missing SOURCE and MOUNTPOINT (see --help)");
+	cr_expect_eq(parse(&o, err, "s", NULL), -EINVAL);
+	cr_expect_str_eq(err, "missing MOUNTPOINT (see --help)");
+	cr_expect_eq(parse(&o, err, "s", "m", "x", NULL), -EINVAL);
+	cr_expect(strstr(err, "x: unexpected argument"));
+	cr_expect_eq(parse(&o, err, "--threads", "0", "s", "m", NULL), -EINVAL);
+	cr_expect(strstr(err, "--threads 0"));
+	cr_expect_eq(parse(&o, err, "--threads", "12x", "s", "m", NULL), -EINVAL);
+	cr_expect_eq(parse(&o, err, "--threads", "-1", "s", "m", NULL), -EINVAL);
+	cr_expect_eq(parse(&o, err, "--timeout", "nan", "s", "m", NULL), -EINVAL);
+	cr_expect_eq(parse(&o, err, "--timeout", "-1", "s", "m", NULL), -EINVAL);
+	cr_expect_eq(parse(&o, err, "--bogus", "s", "m", NULL), -EINVAL);
+	cr_expect(strstr(err, "--bogus: unknown option"), "%s", err);
+	cr_expect_eq(parse(&o, err, "-z", "s", "m", NULL), -EINVAL);
+	cr_expect(strstr(err, "-z: unknown option"), "%s", err);
+	cr_expect_eq(parse(&o, err, "s", "m", "-o", NULL), -EINVAL);
+	cr_expect_eq(parse(&o, err, "-o", NULL), -EINVAL);
+	cr_expect(strstr(err, "missing argument"), "%s", err);
+	cr_expect_eq(parse(&o, err, "-o", "a,,b", "s", "m", NULL), -EINVAL);
+	cr_expect_eq(parse(&o, err, "", "m", NULL), -EINVAL);
+}
+
+Test(options, help_and_version_need_nothing_else)
+{
+	struct options o;
+	char err[256];
+
+	cr_expect_eq(parse(&o, err, "--help", NULL), 0);
+	cr_expect(o.help);
+	cr_expect_eq(parse(&o, err, "-V", NULL), 0);
+	cr_expect(o.version);
+}
+
+Test(options, parse_uint_bounds)
+{
+	unsigned v;
+
+	cr_expect_eq(options_parse_uint("42", 1, 100, &v), 0);
+	cr_expect_eq(v, 42);
+	cr_expect_eq(options_parse_uint("101", 1, 100, &v), -EINVAL);
+	cr_expect_eq(options_parse_uint("", 1, 100, &v), -EINVAL);
+	cr_expect_eq(options_parse_uint("+3", 1, 100, &v), -EINVAL);
+	cr_expect_eq(options_parse_uint("99999999999999999999", 0, ~0u, &v), -EINVAL);
+}

@@ -1,0 +1,44 @@
+/* Unit tests of the counters and their JSON / Prometheus renderings. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <string.h>
+
+#include "stats.h"
+
+Test(stats, counters_render_in_both_formats)
+{
+	struct stats s;
+	struct sample v[32];
+	char buf[8192];
+	int n;
+
+	stats_init(&s);
+	stats_add(&s, STAT_READS, 3);
+	stats_add(&s, STAT_READ_BYTES, 12345);
+	n = stats_samples(&s, v, 32);
+	cr_assert_eq(n, STAT__COUNT);
+	v[n++] = (struct sample){ .name = "uptime_s", .help = "h", .kind = SAMPLE_GAUGE,
+				  .is_float = 1, .d = 1.5 };
+	cr_assert_gt(stats_render_json(v, n, buf, sizeof(buf)), 0);
+	cr_expect(strstr(buf, "\"reads\": 3"));
+	cr_expect(strstr(buf, "\"read_bytes\": 12345"));
+	cr_expect(strstr(buf, "\"uptime_s\": 1.500}"));
+	cr_expect_eq(buf[0], '{');
+	cr_assert_gt(stats_render_prom(v, n, buf, sizeof(buf)), 0);
+	cr_expect(strstr(buf, "# TYPE epochfs_reads_total counter\nepochfs_reads_total 3\n"));
+	cr_expect(strstr(buf, "# TYPE epochfs_uptime_s gauge\nepochfs_uptime_s 1.500\n"));
+}
+
+Test(stats, too_small_buffer_is_enospc)
+{
+	struct stats s;
+	struct sample v[32];
+	char buf[16];
+	int n;
+
+	stats_init(&s);
+	n = stats_samples(&s, v, 32);
+	cr_expect_eq(stats_render_json(v, n, buf, sizeof(buf)), -ENOSPC);
+	cr_expect_eq(stats_render_prom(v, n, buf, sizeof(buf)), -ENOSPC);
+	cr_expect_eq(stats_samples(&s, v, 2), 2);
+}

@@ -1,0 +1,122 @@
+/* Unit tests of the io_uring reader: bytes, EOF, confinement, version check. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+
+#include "helpers.h"
+#include "path.h"
+#include "storage.h"
+
+static char *dir;
+static int rootfd = -1;
+static struct storage *st;
+
+static void setup(void)
+{
+	dir = th_tmpdir();
+	th_mkdir(dir, "d");
+	th_write(dir, "d/f", "0123456789abcdef");
+	char p[4200];
+	snprintf(p, sizeof(p), "%s/esc", dir);
+	symlink("/etc/hostname", p);
+	rootfd = open(dir, O_RDONLY | O_DIRECTORY);
+	cr_assert_eq(storage_new(rootfd, 8, &st), 0);
+}
+
+static void teardown(void)
+{
+	storage_free(st);
+	close(rootfd);
+	th_rmrf(dir);
+	free(dir);
+}
+
+TestSuite(storage, .init = setup, .fini = teardown, .timeout = 30);
+
+static void version_now(const char *rel, struct index_version *v)
+{
+	struct stat sb;
+
+	cr_assert_eq(fstatat(rootfd, rel, &sb, 0), 0);
+	v->ino = sb.st_ino;
+	v->size = (uint64_t)sb.st_size;
+	v->mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+	v->ctime_ns = (int64_t)sb.st_ctim.tv_sec * 1000000000 + sb.st_ctim.tv_nsec;
+}
+
+Test(storage, reads_bytes_and_stops_at_eof)
+{
+	char buf[64] = { 0 };
+	struct index_version v;
+	struct storage_stats s;
+
+	version_now("d/f", &v);
+	cr_expect_eq(storage_read_sync(st, "d/f", &v, 4, 6, buf), 6);
+	cr_expect_arr_eq(buf, "456789", 6);
+	cr_expect_eq(storage_read_sync(st, "d/f", &v, 10, 60, buf), 6);
+	cr_expect_arr_eq(buf, "abcdef", 6);
+	cr_expect_eq(storage_read_sync(st, "d/f", NULL, 16, 8, buf), 0);
+	storage_get_stats(st, &s);
+	cr_expect_eq(s.reads, 3);
+	cr_expect_eq(s.bytes, 12);
+}
+
+Test(storage, never_leaves_source)
+{
+	char buf[64];
+
+	cr_expect_eq(storage_read_sync(st, "esc", NULL, 0, 8, buf), -ELOOP);
+	cr_expect_lt(storage_read_sync(st, "../etc/hostname", NULL, 0, 8, buf), 0);
+	cr_expect_lt(storage_read_sync(st, "/etc/hostname", NULL, 0, 8, buf), 0);
+	cr_expect_eq(storage_read_sync(st, "missing", NULL, 0, 8, buf), -ENOENT);
+	cr_expect_eq(path_open_beneath(rootfd, "d/../../x", O_RDONLY), -EXDEV);
+}
+
+Test(storage, changed_file_is_stale)
+{
+	char buf[64];
+	struct index_version v;
+	struct storage_stats s;
+
+	version_now("d/f", &v);
+	th_write(dir, "d/f", "0123456789ABCDEF");  /* same size, new bytes */
+	cr_expect_eq(storage_read_sync(st, "d/f", &v, 0, 16, buf), -ESTALE);
+	storage_get_stats(st, &s);
+	cr_expect_eq(s.stale, 1);
+	char p[4200];
+	snprintf(p, sizeof(p), "%s/d/f", dir);
+	unlink(p);
+	cr_expect_eq(storage_read_sync(st, "d/f", &v, 0, 16, buf), -ESTALE);
+}
+
+struct many {
+	int done;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int bad;
+};
+
+static void many_done(void *arg, ssize_t res, const void *buf)
+{
+	struct many *m = arg;
+
+	pthread_mutex_lock(&m->lock);
+	if (res != 16 || memcmp(buf, "0123456789abcdef", 16))
+		m->bad++;
+	m->done++;
+	pthread_cond_signal(&m->cond);
+	pthread_mutex_unlock(&m->lock);
+}
+
+Test(storage, more_reads_than_ring_slots)
+{
+	struct many m = { 0, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0 };
+
+	for (int i = 0; i < 200; i++)
+		cr_assert_eq(storage_read(st, "d/f", NULL, 0, 16, NULL, many_done, &m), 0);
+	pthread_mutex_lock(&m.lock);
+	while (m.done < 200)
+		pthread_cond_wait(&m.cond, &m.lock);
+	pthread_mutex_unlock(&m.lock);
+	cr_expect_eq(m.bad, 0);
+}
