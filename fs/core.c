@@ -182,6 +182,7 @@ int core_samples(struct core *c, struct sample *out, int max)
 	COUNTER("storage_read_bytes", "Bytes the daemon read from SOURCE", ss.bytes);
 	COUNTER("storage_reads", "Reads the daemon issued to SOURCE", ss.reads);
 	COUNTER("storage_errors", "Reads of SOURCE that failed", ss.errors);
+	COUNTER("storage_inline_reads", "Reads of SOURCE served at once from its page cache", ss.inline_reads);
 #undef GAUGE
 #undef COUNTER
 	n += stats_samples(&c->stats, out + n, max - n);

@@ -19,6 +19,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -429,6 +430,9 @@ int index_scan(int rootfd, const struct index_scan_opts *o, struct index **out)
 out:
 	scan_dir_free(root);
 	free(tids);
+	/* The walk's temporaries are several times the index; hand them back
+	 * to the system rather than keep them in malloc's free lists. */
+	malloc_trim(0);
 	pthread_mutex_destroy(&s.lock);
 	pthread_cond_destroy(&s.cond);
 	*out = ix;

@@ -7,6 +7,11 @@
  * (RESOLVE_BENEATH) in one obvious place. The ring depth bounds the reads in
  * flight; a submitter waits for room rather than failing.
  *
+ * Fast path: a read is first tried inline with preadv2(RWF_NOWAIT), which
+ * copies what the backing page cache already holds and never blocks; only a
+ * read that would wait for the device goes to the ring. Measured: 7.5k
+ * files/s before, see docs/design.md for after.
+ *
  * Reads of cached data never reach this file: the kernel page cache above the
  * mount (and the daemon's RAM cache, later) answer first. So the extra fstat
  * per read that the version check costs is paid only on the storage path,
@@ -19,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -60,28 +66,29 @@ static void queue_locked(struct storage *st, struct sreq *r)
 	io_uring_submit(&st->ring);
 }
 
-static int check_version(const struct sreq *r)
+static int check_version(int fd, const struct index_version *expect)
 {
 	struct index_version now;
 	struct stat sb;
 
-	if (fstat(r->fd, &sb) < 0)
+	if (fstat(fd, &sb) < 0)
 		return -errno;
 	now.ino = sb.st_ino;
 	now.size = (uint64_t)sb.st_size;
 	now.mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
 	now.ctime_ns = (int64_t)sb.st_ctim.tv_sec * 1000000000 + sb.st_ctim.tv_nsec;
-	return index_version_eq(&now, &r->expect) ? 0 : -ESTALE;
+	return index_version_eq(&now, expect) ? 0 : -ESTALE;
 }
 
-static void finish(struct storage *st, struct sreq *r, ssize_t res)
+/* Version check, close, counters: the end of every read, inline or not. */
+static ssize_t conclude(struct storage *st, int fd, const struct index_version *expect, ssize_t res)
 {
-	if (res >= 0 && r->has_expect) {
-		int err = check_version(r);
+	if (res >= 0 && expect) {
+		int err = check_version(fd, expect);
 		if (err)
 			res = err;
 	}
-	close(r->fd);
+	close(fd);
 	if (res >= 0) {
 		__atomic_add_fetch(&st->stats.reads, 1, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&st->stats.bytes, (uint64_t)res, __ATOMIC_RELAXED);
@@ -90,6 +97,12 @@ static void finish(struct storage *st, struct sreq *r, ssize_t res)
 	} else {
 		__atomic_add_fetch(&st->stats.errors, 1, __ATOMIC_RELAXED);
 	}
+	return res;
+}
+
+static void finish(struct storage *st, struct sreq *r, ssize_t res)
+{
+	res = conclude(st, r->fd, r->has_expect ? &r->expect : NULL, res);
 	r->done(r->arg, res, r->buf);
 	if (r->own_buf)
 		free(r->buf);
@@ -181,6 +194,8 @@ void storage_free(struct storage *st)
 	free(st);
 }
 
+static void *inline_buf(size_t len);
+
 int storage_read(struct storage *st, const char *rel, const struct index_version *expect,
 		 off_t off, size_t len, void *buf, storage_done_fn done, void *arg)
 {
@@ -198,6 +213,21 @@ int storage_read(struct storage *st, const char *rel, const struct index_version
 		 * caller expects is gone. */
 		done(arg, (fd == -ENOENT || fd == -ELOOP || fd == -EXDEV) && expect ? -ESTALE : fd, buf);
 		return 0;
+	}
+	/* Fast path: data already in the backing page cache is copied right
+	 * here (RWF_NOWAIT never blocks), sparing two thread hops and a ring
+	 * round trip. Anything that would wait goes to the ring. */
+	{
+		void *b = buf ? buf : inline_buf(len);
+		struct iovec iov = { b, len };
+		ssize_t n = b ? preadv2(fd, &iov, 1, off, RWF_NOWAIT) : -1;
+
+		if (n == (ssize_t)len || (n >= 0 && expect && (uint64_t)off + (uint64_t)n >= expect->size)) {
+			__atomic_add_fetch(&st->stats.inline_reads, 1, __ATOMIC_RELAXED);
+			n = conclude(st, fd, expect, n);
+			done(arg, n, b);
+			return 0;
+		}
 	}
 	r = calloc(1, sizeof(*r));
 	if (r && !buf) {
@@ -227,6 +257,23 @@ int storage_read(struct storage *st, const char *rel, const struct index_version
 	queue_locked(st, r);
 	pthread_mutex_unlock(&st->sq_lock);
 	return 0;
+}
+
+/* One buffer per calling thread for the fast path, grown on demand: the
+ * hot path allocates nothing once a thread has seen its largest read. */
+static void *inline_buf(size_t len)
+{
+	static __thread void *tl_buf;
+	static __thread size_t tl_cap;
+
+	if (len > tl_cap) {
+		void *p = realloc(tl_buf, len);
+		if (!p)
+			return NULL;
+		tl_buf = p;
+		tl_cap = len;
+	}
+	return tl_buf;
 }
 
 struct sync_wait {
@@ -268,4 +315,5 @@ void storage_get_stats(struct storage *st, struct storage_stats *s)
 	s->bytes = __atomic_load_n(&st->stats.bytes, __ATOMIC_RELAXED);
 	s->stale = __atomic_load_n(&st->stats.stale, __ATOMIC_RELAXED);
 	s->errors = __atomic_load_n(&st->stats.errors, __ATOMIC_RELAXED);
+	s->inline_reads = __atomic_load_n(&st->stats.inline_reads, __ATOMIC_RELAXED);
 }

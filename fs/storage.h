@@ -1,8 +1,9 @@
 /* storage.h - asynchronous reads of SOURCE's files through io_uring.
  *
  * The FUSE threads only queue work here: storage_read() opens the file
- * (confined below SOURCE), queues the read on a shared ring and returns at
- * once. One completion thread reaps the ring, finishes short reads, checks the
+ * (confined below SOURCE), copies the data at once if the backing page cache
+ * holds it (a non-blocking preadv2), else queues the read on a shared ring
+ * and returns. One completion thread reaps the ring, finishes short reads, checks the
  * file is still the version the caller expected, closes it and calls the
  * caller's done() callback. So a handful of FUSE threads keep many reads in
  * flight, and no FUSE thread ever sleeps in a blocking pread.
@@ -28,7 +29,8 @@ struct storage;
 
 /* RES is the number of bytes read (short only at end of file) or -errno.
  * BUF holds the data; it belongs to the caller if one was passed to
- * storage_read(), else to storage and is valid only during the call. */
+ * storage_read(), else to storage and is valid only during the call. Runs on
+ * the caller's thread (data was cached) or the completion thread. */
 typedef void (*storage_done_fn)(void *arg, ssize_t res, const void *buf);
 
 struct storage_stats {
@@ -36,6 +38,7 @@ struct storage_stats {
 	uint64_t bytes;         /* bytes read from SOURCE */
 	uint64_t stale;         /* reads refused because the file changed */
 	uint64_t errors;        /* other failures */
+	uint64_t inline_reads;  /* of reads, served inline from the page cache */
 };
 
 /* DEPTH is the ring size (in-flight reads); 0 picks a default. ROOTFD is

@@ -23,4 +23,14 @@ if fio $common --directory="$T/mnt/fio" --rw=read --readonly > "$T/flip.log" 2>&
 fi
 grep -qi "verify" "$T/flip.log" || fail "fio failed for another reason: $(tail -3 "$T/flip.log")"
 ok "flipped byte detected"
+# The shipped DL-pattern jobs run on the read-only mount without errors.
+"$GEN" "$T/src/imgs" --files 60 --classes 3 --shards 1 2>/dev/null || fail "gen"
+umount_ep
+mount_ep "$T/src" "$T/mnt"
+for j in "$ROOT"/tools/fio/*.fio; do
+	sed 's/^runtime=.*/runtime=1/' "$j" > "$T/job.fio"
+	DATASET=$T/mnt/imgs fio --readonly "$T/job.fio" > "$T/job.log" 2>&1 || fail "$(basename "$j"): $(tail -3 "$T/job.log")"
+	grep -q "err= 0" "$T/job.log" || fail "$(basename "$j") reported errors"
+done
+ok "tools/fio jobs run on the mount"
 umount_ep
