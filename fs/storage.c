@@ -260,20 +260,36 @@ int storage_read(struct storage *st, const char *rel, const struct index_version
 }
 
 /* One buffer per calling thread for the fast path, grown on demand: the
- * hot path allocates nothing once a thread has seen its largest read. */
+ * hot path allocates nothing once a thread has seen its largest read. A
+ * thread-specific key frees it when its thread (a FUSE worker) exits. */
+struct tl_buf {
+	size_t cap;
+	char data[];
+};
+
+static pthread_key_t tl_key;
+static pthread_once_t tl_once = PTHREAD_ONCE_INIT;
+
+static void tl_key_init(void)
+{
+	pthread_key_create(&tl_key, free);
+}
+
 static void *inline_buf(size_t len)
 {
-	static __thread void *tl_buf;
-	static __thread size_t tl_cap;
+	struct tl_buf *b;
 
-	if (len > tl_cap) {
-		void *p = realloc(tl_buf, len);
-		if (!p)
+	pthread_once(&tl_once, tl_key_init);
+	b = pthread_getspecific(tl_key);
+	if (!b || b->cap < len) {
+		struct tl_buf *nb = realloc(b, sizeof(*nb) + len);
+		if (!nb)
 			return NULL;
-		tl_buf = p;
-		tl_cap = len;
+		nb->cap = len;
+		pthread_setspecific(tl_key, nb);
+		b = nb;
 	}
-	return tl_buf;
+	return b->data;
 }
 
 struct sync_wait {

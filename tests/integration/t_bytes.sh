@@ -32,4 +32,19 @@ ok "four concurrent readers identical"
 dd if="$T/mnt/deep/a/b/c/big.bin" bs=4096 skip=333 count=7 2>/dev/null | cmp -s - \
 	<(dd if="$T/src/deep/a/b/c/big.bin" bs=4096 skip=333 count=7 2>/dev/null) || fail "offset read"
 ok "links, empty files, reads at an offset"
+python3 - "$T/mnt" <<'PY2' || fail "xattr/statfs/inode checks"
+import errno, os, sys
+m = sys.argv[1]
+f = os.path.join(m, "class_0000", os.listdir(os.path.join(m, "class_0000"))[0])
+assert os.listxattr(f) == [], os.listxattr(f)
+try:
+    os.getxattr(f, "user.x"); sys.exit("getxattr succeeded")
+except OSError as e:
+    assert e.errno == errno.ENODATA, e
+sv = os.statvfs(m)
+assert sv.f_flag & os.ST_RDONLY and sv.f_blocks > 0, sv
+assert os.stat(f).st_ino == os.stat(f).st_ino and os.stat(m).st_ino == 1
+assert os.access(f, os.R_OK) and not os.access(f, os.W_OK)
+PY2
+ok "xattrs empty, statfs read-only, stable inode numbers, access"
 umount_ep
