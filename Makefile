@@ -51,7 +51,7 @@ all: $(DAEMON) $(TOOLS)
 
 $(DEPS_STAMP): tools/install-deps.sh
 	$(Q)pkg-config --exists $(PKGS) criterion libsodium && command -v fio >/dev/null \
-	   && command -v fusermount3 >/dev/null || bash tools/install-deps.sh
+	   && command -v fusermount3 >/dev/null && command -v pgrep >/dev/null || bash tools/install-deps.sh
 	$(Q)mkdir -p $(@D) && touch $@
 
 $(BUILD)/%.o: %.c | $(DEPS_STAMP)
