@@ -32,7 +32,7 @@ endif
 # Evaluated when a recipe runs, i.e. after the dependency check below.
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS = $(shell pkg-config --libs $(PKGS))
-ALL_CFLAGS = -std=gnu11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Ifs -Iprep $(PKG_CFLAGS) -MMD -MP
+ALL_CFLAGS = -std=gnu11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Ifs -Iprep -Itools $(PKG_CFLAGS) -MMD -MP
 LIBS = $(PKG_LIBS) -lpthread -lm
 
 CORE_SRC := fs/log.c fs/path.c fs/index.c fs/storage.c fs/stats.c fs/control.c \

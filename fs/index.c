@@ -69,7 +69,7 @@ static int64_t ts_ns(const struct timespec *t)
 	return (int64_t)t->tv_sec * 1000000000 + t->tv_nsec;
 }
 
-static void version_of(const struct stat *st, struct index_version *v)
+void index_version_of(const struct stat *st, struct index_version *v)
 {
 	v->ino = st->st_ino;
 	v->size = (uint64_t)st->st_size;
@@ -282,7 +282,7 @@ static void fill_ent(struct ix_ent *e, const struct stat *st)
 {
 	struct index_version v;
 
-	version_of(st, &v);
+	index_version_of(st, &v);
 	e->ino = v.ino;
 	e->size = v.size;
 	e->mtime_ns = v.mtime_ns;
@@ -491,7 +491,7 @@ int index_get(const struct index *ix, uint32_t id, struct index_attr *a)
 	return 0;
 }
 
-static uint32_t lookup_any(const struct index *ix, uint32_t parent, const char *name)
+uint32_t index_find(const struct index *ix, uint32_t parent, const char *name)
 {
 	const struct ix_ent *p;
 	uint32_t lo, hi;
@@ -518,7 +518,7 @@ static uint32_t lookup_any(const struct index *ix, uint32_t parent, const char *
 
 uint32_t index_lookup(const struct index *ix, uint32_t parent, const char *name)
 {
-	uint32_t id = lookup_any(ix, parent, name);
+	uint32_t id = index_find(ix, parent, name);
 
 	if (id && (LOAD(ix->ents[id].flags) & IX_GONE))
 		return 0;
@@ -605,7 +605,7 @@ int index_refresh(struct index *ix, uint32_t id, int force)
 		else if ((st.st_mode & S_IFMT) != (e->mode & S_IFMT))
 			gone = 1;   /* replaced by another type: not ours to show */
 		else
-			version_of(&st, &now);
+			index_version_of(&st, &now);
 		close(pfd);
 	} else if (pfd == -ENOENT || pfd == -ENOTDIR || pfd == -ELOOP || pfd == -EXDEV) {
 		gone = 1;

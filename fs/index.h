@@ -22,6 +22,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #define INDEX_ROOT 1u
 
@@ -73,6 +74,8 @@ int index_get(const struct index *ix, uint32_t id, struct index_attr *a);
 
 /* The child named NAME of directory PARENT, or 0 if none or gone. */
 uint32_t index_lookup(const struct index *ix, uint32_t parent, const char *name);
+/* The same, gone entries included (so a file that comes back is found). */
+uint32_t index_find(const struct index *ix, uint32_t parent, const char *name);
 
 /* The POS-th child (0-based, name order, gone ones included) of directory
  * DIR, or 0 past the end. */
@@ -100,7 +103,9 @@ void index_set_change_cb(struct index *ix, index_change_fn fn, void *arg);
  * callback ran), 0 if not, -errno on a failure to look. */
 int index_refresh(struct index *ix, uint32_t id, int force);
 
-/* 1 if V still describes entry ID's current version and generation GEN. */
+/* 1 if A and B are the same version. */
 int index_version_eq(const struct index_version *a, const struct index_version *b);
+/* The version a stat(2) result describes. */
+void index_version_of(const struct stat *st, struct index_version *v);
 
 #endif

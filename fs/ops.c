@@ -88,7 +88,7 @@ static void fill_control_stat(struct stat *st, const struct control_attr *a)
 	st->st_gid = getgid();
 }
 
-/* Fills E for index entry A; 0 or -errno. */
+/* Fills E for index entry A, with the mount's timeouts. */
 static void entry_of(struct ops_session *s, const struct index_attr *a, struct fuse_entry_param *e)
 {
 	memset(e, 0, sizeof(*e));

@@ -73,10 +73,7 @@ static int check_version(int fd, const struct index_version *expect)
 
 	if (fstat(fd, &sb) < 0)
 		return -errno;
-	now.ino = sb.st_ino;
-	now.size = (uint64_t)sb.st_size;
-	now.mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
-	now.ctime_ns = (int64_t)sb.st_ctim.tv_sec * 1000000000 + sb.st_ctim.tv_nsec;
+	index_version_of(&sb, &now);
 	return index_version_eq(&now, expect) ? 0 : -ESTALE;
 }
 
@@ -208,10 +205,13 @@ int storage_read(struct storage *st, const char *rel, const struct index_version
 	}
 	fd = path_open_beneath(st->rootfd, rel, O_RDONLY | O_NOFOLLOW);
 	if (fd < 0) {
-		__atomic_add_fetch(&st->stats.errors, 1, __ATOMIC_RELAXED);
 		/* Vanished or swapped for a link since the scan: the version the
 		 * caller expects is gone. */
-		done(arg, (fd == -ENOENT || fd == -ELOOP || fd == -EXDEV) && expect ? -ESTALE : fd, buf);
+		if ((fd == -ENOENT || fd == -ELOOP || fd == -EXDEV) && expect)
+			fd = -ESTALE;
+		__atomic_add_fetch(fd == -ESTALE ? &st->stats.stale : &st->stats.errors, 1,
+				   __ATOMIC_RELAXED);
+		done(arg, fd, buf);
 		return 0;
 	}
 	/* Fast path: data already in the backing page cache is copied right

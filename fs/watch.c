@@ -66,29 +66,6 @@ static void refresh_all(struct watch *w)
 		index_refresh(w->ix, id, 0);
 }
 
-static uint32_t find_child(struct index *ix, uint32_t dir, const char *name)
-{
-	struct index_attr a;
-
-	if (index_get(ix, dir, &a) < 0)
-		return 0;
-	/* A binary search over all children, gone ones included, so a file
-	 * that comes back is noticed too. */
-	uint32_t lo = 0, hi = a.nchildren;
-	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo) / 2;
-		uint32_t id = index_child(ix, dir, mid);
-		int c = strcmp(name, index_name(ix, id));
-		if (!c)
-			return id;
-		if (c < 0)
-			hi = mid;
-		else
-			lo = mid + 1;
-	}
-	return 0;
-}
-
 static void handle_batch(struct watch *w, const char *buf, ssize_t len)
 {
 	struct {
@@ -109,7 +86,7 @@ static void handle_batch(struct watch *w, const char *buf, ssize_t len)
 		if (ev->wd < 0 || (size_t)ev->wd >= w->nwd || !w->wd_dir[ev->wd])
 			continue;
 		if (ev->len && ev->name[0])
-			id = find_child(w->ix, w->wd_dir[ev->wd], ev->name);
+			id = index_find(w->ix, w->wd_dir[ev->wd], ev->name);
 		else if (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF))
 			id = w->wd_dir[ev->wd];
 		if (!id)

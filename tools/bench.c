@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "options.h"
+#include "rng.h"
 
 static char **files;
 static size_t nfiles, capfiles;
@@ -76,15 +77,6 @@ static void *reader(void *arg)
 	}
 	free(buf);
 	return NULL;
-}
-
-static uint64_t splitmix(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
 }
 
 /* Finds the stats file of the epochfs mount holding DIR, if any. */
@@ -196,7 +188,7 @@ int main(int argc, char **argv)
 		for (size_t i = 0; i < nfiles; i++)
 			r.order[i] = i;
 		for (size_t i = nfiles - 1; i > 0; i--) {
-			size_t j = (size_t)(splitmix(&rng) % (i + 1)), t = r.order[i];
+			size_t j = (size_t)(rng_next(&rng) % (i + 1)), t = r.order[i];
 			r.order[i] = r.order[j];
 			r.order[j] = t;
 		}

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "options.h"
+#include "rng.h"
 
 struct gen {
 	const char *dir;
@@ -37,15 +38,6 @@ struct gen {
 	uint64_t bytes;             /* atomic */
 	int failed;                 /* atomic */
 };
-
-static uint64_t splitmix(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
 
 static int write_file(const char *path, const void *buf, size_t len)
 {
@@ -78,12 +70,12 @@ static void paint(unsigned char *px, int w, int h, uint64_t *rng)
 	int noise = 100;
 
 	for (int c = 0; c < 3; c++) {
-		base[c] = (int)(splitmix(rng) % 256);
-		dx[c] = (int)(splitmix(rng) % 200) - 100;
-		dy[c] = (int)(splitmix(rng) % 200) - 100;
+		base[c] = (int)(rng_next(rng) % 256);
+		dx[c] = (int)(rng_next(rng) % 200) - 100;
+		dy[c] = (int)(rng_next(rng) % 200) - 100;
 	}
 	for (int y = 0; y < h; y++) {
-		uint64_t row = splitmix(rng);
+		uint64_t row = rng_next(rng);
 		for (int x = 0; x < w; x++) {
 			/* 8x8 block texture so the DCT has something to keep. */
 			uint64_t blk = ((uint64_t)(x / 8) * 2654435761u) ^ ((uint64_t)(y / 8) * 40503u);
@@ -119,9 +111,9 @@ static void *gen_worker(void *arg)
 		if (i >= g->files || __atomic_load_n(&g->failed, __ATOMIC_RELAXED))
 			break;
 		rng = g->seed * 0x100000001b3ull + i;
-		splitmix(&rng);
-		w = 300 + (int)(splitmix(&rng) % 201);
-		h = 300 + (int)(splitmix(&rng) % 201);
+		rng_next(&rng);
+		w = 300 + (int)(rng_next(&rng) % 201);
+		h = 300 + (int)(rng_next(&rng) % 201);
 		paint(px, w, h, &rng);
 		if (tjCompress2(tj, px, w, 0, h, TJPF_RGB, &jpg, &jlen, TJSAMP_420, 94,
 				TJFLAG_FASTDCT) < 0) {
@@ -161,7 +153,7 @@ static int write_shards(struct gen *g)
 		return -errno;
 	for (unsigned k = 0; k < g->shards; k++) {
 		uint64_t rng = g->seed ^ (0xabcdef12345ull + k);
-		uint64_t size = (64ull + splitmix(&rng) % 449) << 20;
+		uint64_t size = (64ull + rng_next(&rng) % 449) << 20;
 		int fd;
 
 		snprintf(path, sizeof(path), "%s/shards/shard-%04u.bin", g->dir, k);
@@ -172,7 +164,7 @@ static int write_shards(struct gen *g)
 		}
 		for (uint64_t off = 0; off < size; off += chunk) {
 			for (size_t j = 0; j < chunk / 8; j++)
-				buf[j] = splitmix(&rng);
+				buf[j] = rng_next(&rng);
 			if (write(fd, buf, chunk) != (ssize_t)chunk) {
 				int err = errno ? -errno : -EIO;
 				close(fd);

@@ -38,10 +38,7 @@ static void version_now(const char *rel, struct index_version *v)
 	struct stat sb;
 
 	cr_assert_eq(fstatat(rootfd, rel, &sb, 0), 0);
-	v->ino = sb.st_ino;
-	v->size = (uint64_t)sb.st_size;
-	v->mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
-	v->ctime_ns = (int64_t)sb.st_ctim.tv_sec * 1000000000 + sb.st_ctim.tv_nsec;
+	index_version_of(&sb, v);
 }
 
 Test(storage, reads_bytes_and_stops_at_eof)
