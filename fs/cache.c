@@ -1,0 +1,341 @@
+/* cache.c - the MinIO arena; see cache.h for the contract.
+ *
+ * DESIGN
+ * - Lookup table: open addressing over item pointers, sized once for
+ *   max_items at a load factor of 1/2, linear probing. Items are never
+ *   removed (nothing is evicted), so a probe that meets an empty slot knows
+ *   the key is absent, and an insert is one CAS on that slot. A stale or
+ *   failed item stays in its slot as DEAD and is replaced by CAS.
+ * - Arena: bump allocation with a CAS loop that never passes the capacity.
+ *   Space of a dead item is not reused (a cache that never evicts has no
+ *   free list); it shows in `used` and is rare: it takes a file changing
+ *   under the mount or a failed read.
+ * - States: LOADING -> READY, or LOADING -> DEAD. Waiters are queued under
+ *   a striped mutex while LOADING and called after the transition, outside
+ *   the lock. A READY item is immutable, so a hit reads it with no lock.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "cache.h"
+
+enum { ST_LOADING = 1, ST_READY, ST_DEAD };
+
+#define CACHE_STRIPES 64
+#define CACHE_ALIGN 64
+
+struct citem {
+	uint64_t key;
+	struct index_version v;
+	char *data;
+	size_t len;
+	uint64_t xxh;                   /* set before READY is published */
+	int state;                      /* atomic */
+	struct cache_waiter *waiters;   /* stripe lock, while LOADING */
+	struct citem *all_next;         /* every item ever made, for cache_free */
+};
+
+struct cache {
+	struct cache_opts o;
+	char *arena;
+	uint64_t used;                  /* atomic: bytes handed out */
+	struct citem **slots;           /* atomic pointers */
+	uint64_t mask;
+	struct citem *all;              /* atomic push-only list */
+	pthread_mutex_t stripes[CACHE_STRIPES];
+	struct cache_stats st;          /* atomic counters (capacity/used/items derived) */
+	uint64_t ready;                 /* atomic */
+};
+
+#define INC(x) __atomic_add_fetch(&(x), 1, __ATOMIC_RELAXED)
+
+static uint64_t key_of(uint32_t id, uint32_t chunk)
+{
+	return (uint64_t)id << 32 | chunk;
+}
+
+static uint64_t hash_key(uint64_t k)
+{
+	return XXH3_64bits(&k, sizeof(k));
+}
+
+static pthread_mutex_t *stripe(struct cache *c, uint64_t key)
+{
+	return &c->stripes[hash_key(key) >> 58];
+}
+
+uint32_t cache_chunks(uint64_t size, uint32_t chunk)
+{
+	return (uint32_t)((size + chunk - 1) / chunk);
+}
+
+size_t cache_chunk_len(uint64_t size, uint32_t chunk, uint32_t i)
+{
+	uint64_t start = (uint64_t)i * chunk;
+
+	if (start >= size)
+		return 0;
+	return (size_t)(size - start < chunk ? size - start : chunk);
+}
+
+int cache_new(const struct cache_opts *o, struct cache **out)
+{
+	struct cache *c;
+	uint64_t nslots = 16;
+
+	if (!o->capacity || !o->chunk || !o->max_items)
+		return -EINVAL;
+	while (nslots < o->max_items * 2)
+		nslots <<= 1;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->o = *o;
+	c->mask = nslots - 1;
+	c->slots = calloc(nslots, sizeof(*c->slots));
+	c->arena = mmap(NULL, o->capacity, PROT_READ | PROT_WRITE,
+			MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (!c->slots || c->arena == MAP_FAILED) {
+		if (c->arena != MAP_FAILED)
+			munmap(c->arena, o->capacity);
+		free(c->slots);
+		free(c);
+		return -ENOMEM;
+	}
+	/* Fewer TLB misses on a multi-GB arena; a hint, so its failure is fine. */
+	madvise(c->arena, o->capacity, MADV_HUGEPAGE);
+	for (int i = 0; i < CACHE_STRIPES; i++)
+		pthread_mutex_init(&c->stripes[i], NULL);
+	*out = c;
+	return 0;
+}
+
+void cache_free(struct cache *c)
+{
+	if (!c)
+		return;
+	for (struct citem *it = c->all, *next; it; it = next) {
+		next = it->all_next;
+		free(it);
+	}
+	for (int i = 0; i < CACHE_STRIPES; i++)
+		pthread_mutex_destroy(&c->stripes[i]);
+	munmap(c->arena, c->o.capacity);
+	free(c->slots);
+	free(c);
+}
+
+/* Reserves LEN bytes of arena, or NULL when the budget cannot hold them. */
+static char *arena_alloc(struct cache *c, size_t len)
+{
+	uint64_t want = (len + CACHE_ALIGN - 1) & ~(uint64_t)(CACHE_ALIGN - 1);
+	uint64_t u = __atomic_load_n(&c->used, __ATOMIC_RELAXED);
+
+	do {
+		/* The last item may use the budget's unaligned tail. */
+		if (u + len > c->o.capacity)
+			return NULL;
+		if (u + want > c->o.capacity)
+			want = c->o.capacity - u;
+	} while (!__atomic_compare_exchange_n(&c->used, &u, u + want, 0, __ATOMIC_RELAXED,
+					      __ATOMIC_RELAXED));
+	return c->arena + u;
+}
+
+static struct citem *item_new(struct cache *c, uint64_t key, const struct index_version *v)
+{
+	struct citem *it = calloc(1, sizeof(*it));
+
+	if (!it)
+		return NULL;
+	it->key = key;
+	it->v = *v;
+	it->state = ST_LOADING;
+	it->all_next = __atomic_load_n(&c->all, __ATOMIC_RELAXED);
+	while (!__atomic_compare_exchange_n(&c->all, &it->all_next, it, 1, __ATOMIC_RELEASE,
+					    __ATOMIC_RELAXED))
+		;
+	return it;
+}
+
+/* Wakes the waiters of IT after it left LOADING for STATE. */
+static void finish(struct cache *c, struct citem *it, int state)
+{
+	struct cache_waiter *w;
+	pthread_mutex_t *m = stripe(c, it->key);
+
+	pthread_mutex_lock(m);
+	__atomic_store_n(&it->state, state, __ATOMIC_RELEASE);
+	w = it->waiters;
+	it->waiters = NULL;
+	pthread_mutex_unlock(m);
+	while (w) {
+		struct cache_waiter *next = w->next;
+		if (state == ST_READY)
+			w->fn(w->arg, it->data, it->len);
+		else
+			w->fn(w->arg, NULL, 0);
+		w = next;
+	}
+}
+
+/* Claims slot *SLOT (holding OLD: NULL or a dead item) with a new LOADING
+ * item and reserves its arena space. Returns LOAD, MISS (no budget), or -1
+ * if another caller won the slot (probe again). */
+static int admit(struct cache *c, struct citem **slot, struct citem *old, uint64_t key,
+		 const struct index_version *v, size_t len, struct cache_ref *ref)
+{
+	struct citem *it;
+
+	if (__atomic_load_n(&c->used, __ATOMIC_RELAXED) + len > c->o.capacity) {
+		INC(c->st.full);
+		return CACHE_MISS;
+	}
+	it = item_new(c, key, v);
+	if (!it)
+		return CACHE_MISS;
+	if (!__atomic_compare_exchange_n(slot, &old, it, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		/* Lost the race; the item stays on the free-at-exit list, inert. */
+		it->state = ST_DEAD;
+		return -1;
+	}
+	it->data = arena_alloc(c, len);
+	if (!it->data) {
+		INC(c->st.full);
+		finish(c, it, ST_DEAD);
+		return CACHE_MISS;
+	}
+	it->len = len;
+	ref->item = it;
+	ref->data = it->data;
+	ref->len = len;
+	return CACHE_LOAD;
+}
+
+enum cache_result cache_get(struct cache *c, uint32_t id, uint32_t chunk,
+			    const struct index_version *v, size_t len,
+			    struct cache_waiter *w, struct cache_ref *ref)
+{
+	uint64_t key = key_of(id, chunk);
+
+	memset(ref, 0, sizeof(*ref));
+	for (;;) {
+		uint64_t i = hash_key(key) & c->mask, probes = 0;
+		struct citem **slot, *it;
+
+		for (;;) {
+			slot = &c->slots[i];
+			it = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+			if (!it || it->key == key)
+				break;
+			i = (i + 1) & c->mask;
+			if (++probes > c->mask) {
+				INC(c->st.misses);  /* table full: more items than max_items */
+				return CACHE_MISS;
+			}
+		}
+
+		int state = it ? __atomic_load_n(&it->state, __ATOMIC_ACQUIRE) : 0;
+		if (it && state != ST_DEAD && !index_version_eq(&it->v, v)) {
+			/* The file changed since this item was loaded. Only a
+			 * READY item is retired here; a LOADING one is retired by
+			 * its loader's cache_loaded(). */
+			if (state == ST_READY &&
+			    __atomic_compare_exchange_n(&it->state, &state, ST_DEAD, 0,
+							__ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+				INC(c->st.stale);
+				__atomic_sub_fetch(&c->ready, 1, __ATOMIC_RELAXED);
+			}
+			if (state == ST_LOADING) {
+				INC(c->st.misses);
+				return CACHE_MISS;
+			}
+			continue;
+		}
+		if (!it || state == ST_DEAD) {
+			int r = admit(c, slot, it, key, v, len, ref);
+			if (r < 0)
+				continue;
+			INC(c->st.misses);
+			return (enum cache_result)r;
+		}
+		if (state == ST_LOADING) {
+			pthread_mutex_t *m = stripe(c, key);
+			pthread_mutex_lock(m);
+			if (__atomic_load_n(&it->state, __ATOMIC_ACQUIRE) == ST_LOADING) {
+				w->next = it->waiters;
+				it->waiters = w;
+				pthread_mutex_unlock(m);
+				INC(c->st.hits);
+				return CACHE_WAIT;
+			}
+			pthread_mutex_unlock(m);
+			continue;           /* it just finished: look again */
+		}
+		/* READY */
+		if (c->o.verify && XXH3_64bits(it->data, it->len) != it->xxh) {
+			int ready = ST_READY;
+			if (__atomic_compare_exchange_n(&it->state, &ready, ST_DEAD, 0, __ATOMIC_ACQ_REL,
+							__ATOMIC_RELAXED)) {
+				INC(c->st.corrupt);
+				__atomic_sub_fetch(&c->ready, 1, __ATOMIC_RELAXED);
+			}
+			INC(c->st.misses);
+			return CACHE_MISS;  /* never serve it; the caller reads the source */
+		}
+		INC(c->st.hits);
+		ref->item = it;
+		ref->data = it->data;
+		ref->len = it->len;
+		return CACHE_HIT;
+	}
+}
+
+void cache_loaded(struct cache *c, struct cache_ref *ref, int ok)
+{
+	struct citem *it = ref->item;
+
+	if (ok) {
+		it->xxh = XXH3_64bits(it->data, it->len);
+		__atomic_add_fetch(&c->ready, 1, __ATOMIC_RELAXED);
+	}
+	finish(c, it, ok ? ST_READY : ST_DEAD);
+}
+
+void cache_get_stats(struct cache *c, struct cache_stats *s)
+{
+#define LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+	s->capacity = c->o.capacity;
+	s->used = LD(c->used);
+	s->items = LD(c->ready);
+	s->hits = LD(c->st.hits);
+	s->misses = LD(c->st.misses);
+	s->corrupt = LD(c->st.corrupt);
+	s->stale = LD(c->st.stale);
+	s->full = LD(c->st.full);
+#undef LD
+}
+
+int cache_debug_corrupt(struct cache *c, uint32_t id, uint32_t chunk, size_t off)
+{
+	uint64_t key = key_of(id, chunk), i = hash_key(key) & c->mask;
+
+	for (uint64_t probes = 0; probes <= c->mask; probes++, i = (i + 1) & c->mask) {
+		struct citem *it = __atomic_load_n(&c->slots[i], __ATOMIC_ACQUIRE);
+		if (!it)
+			break;
+		if (it->key == key && __atomic_load_n(&it->state, __ATOMIC_ACQUIRE) == ST_READY) {
+			if (off >= it->len)
+				return -EINVAL;
+			it->data[off] ^= 0x01;
+			return 0;
+		}
+	}
+	return -ENOENT;
+}

@@ -1,0 +1,101 @@
+/* cache.h - the MinIO cache: a RAM arena that admits until full, never evicts.
+ *
+ * Training reads every item once per epoch in a fresh random order. Under that
+ * pattern LRU evicts each item just before it is wanted again; a cache that
+ * admits items until its byte budget is spent and then keeps them forever
+ * hits exactly its share of the dataset, every epoch (../docs/design.md).
+ *
+ * Items are whole files up to CHUNK bytes, and CHUNK-sized pieces of larger
+ * files (so a 10 GB shard can be partly cached). An item is keyed by (entry
+ * id, chunk index) and remembers the version of the file it came from: a
+ * lookup with another version finds it stale, never serves it, and may admit
+ * the new version while budget remains. Each item's xxh3 is taken when it is
+ * admitted; with verify on, every hit is re-checked, and a mismatch is never
+ * served.
+ *
+ * Concurrent misses of one item cause one load: the first caller gets
+ * CACHE_LOAD and fills the item, the others get CACHE_WAIT and their waiter
+ * is called back when the load ends. Nothing here blocks or does I/O; the
+ * caller reads its source (storage, later a peer) into the arena memory.
+ *
+ * Memory: one arena reserved up front (MAP_NORESERVE, huge pages advised),
+ * bump-allocated; data bytes never exceed the capacity. Item headers (about
+ * 100 bytes each) and the lookup table are outside the budget and bounded by
+ * max_items.
+ *
+ * Thread safety: all functions may be called from any thread. A hit takes no
+ * lock; a load's start and end take one of 64 striped mutexes.
+ */
+#ifndef EPOCHFS_CACHE_H
+#define EPOCHFS_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "index.h"
+
+struct cache;
+struct citem;
+
+struct cache_opts {
+	uint64_t capacity;          /* data bytes at most; > 0 */
+	uint32_t chunk;             /* item size for large files; > 0 */
+	uint64_t max_items;         /* distinct items at most (sizes the table) */
+	int verify;                 /* re-check xxh3 on every hit */
+};
+
+/* Called once when a load this caller waited for ends: DATA/LEN are the
+ * item's bytes, or DATA is NULL if the load failed (read the source). */
+struct cache_waiter {
+	void (*fn)(void *arg, const void *data, size_t len);
+	void *arg;
+	struct cache_waiter *next;  /* owned by the cache while queued */
+};
+
+enum cache_result {
+	CACHE_HIT,                  /* ref->data holds the item, immutable */
+	CACHE_LOAD,                 /* fill ref->data (ref->len bytes), then cache_loaded() */
+	CACHE_WAIT,                 /* another caller loads it; the waiter will be called */
+	CACHE_MISS,                 /* not cached and not admitted: read the source */
+};
+
+struct cache_ref {
+	struct citem *item;
+	void *data;
+	size_t len;
+};
+
+struct cache_stats {
+	uint64_t capacity, used;    /* bytes; used counts stale and failed items too */
+	uint64_t items;             /* items ready to serve */
+	uint64_t hits, misses;      /* cache_get() results (WAIT counts as a hit) */
+	uint64_t corrupt;           /* hits refused: checksum mismatch */
+	uint64_t stale;             /* items found with an old version */
+	uint64_t full;              /* admissions refused for lack of budget */
+};
+
+/* Returns 0 and *OUT, or -EINVAL (bad options) / -ENOMEM. */
+int cache_new(const struct cache_opts *o, struct cache **out);
+/* Frees everything; no call may be in flight. */
+void cache_free(struct cache *c);
+
+/* Looks up chunk CHUNK of entry ID at version V; LEN is that chunk's length
+ * (cache_chunk_len). W is queued only on CACHE_WAIT. */
+enum cache_result cache_get(struct cache *c, uint32_t id, uint32_t chunk,
+			    const struct index_version *v, size_t len,
+			    struct cache_waiter *w, struct cache_ref *ref);
+/* Ends a load begun by CACHE_LOAD: OK nonzero when ref->data holds the
+ * bytes. Calls the waiters (outside any lock) before returning. */
+void cache_loaded(struct cache *c, struct cache_ref *ref, int ok);
+
+void cache_get_stats(struct cache *c, struct cache_stats *s);
+
+/* Chunk maths: how many items a file of SIZE bytes makes, and the length of
+ * item I (0 for I past the end). A file of 0 bytes makes no item. */
+uint32_t cache_chunks(uint64_t size, uint32_t chunk);
+size_t cache_chunk_len(uint64_t size, uint32_t chunk, uint32_t i);
+
+/* Test hook: flips one bit of byte OFF of a ready item. -ENOENT if absent. */
+int cache_debug_corrupt(struct cache *c, uint32_t id, uint32_t chunk, size_t off);
+
+#endif

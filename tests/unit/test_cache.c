@@ -1,0 +1,237 @@
+/* Unit tests of the MinIO cache: budget, no eviction, chunks, coalescing,
+ * checksums, staleness. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "cache.h"
+
+static const struct index_version V1 = { 1, 300, 10, 10 }, V2 = { 1, 300, 20, 20 };
+
+static struct cache *mk(uint64_t cap, int verify)
+{
+	struct cache_opts o = { .capacity = cap, .chunk = 4096, .max_items = 1000, .verify = verify };
+	struct cache *c;
+
+	cr_assert_eq(cache_new(&o, &c), 0);
+	return c;
+}
+
+/* Admits (id, 0) with LEN bytes of value id, as a loader would. */
+static enum cache_result load(struct cache *c, uint32_t id, const struct index_version *v, size_t len)
+{
+	struct cache_ref ref;
+	struct cache_waiter w = { 0 };
+	enum cache_result r = cache_get(c, id, 0, v, len, &w, &ref);
+
+	if (r == CACHE_LOAD) {
+		memset(ref.data, (int)id, len);
+		cache_loaded(c, &ref, 1);
+	}
+	return r;
+}
+
+Test(cache, chunk_maths_at_boundaries)
+{
+	cr_expect_eq(cache_chunks(0, 4096), 0);
+	cr_expect_eq(cache_chunks(1, 4096), 1);
+	cr_expect_eq(cache_chunks(4096, 4096), 1);
+	cr_expect_eq(cache_chunks(4097, 4096), 2);
+	cr_expect_eq(cache_chunks(10ull << 30, 1u << 20), 10240);
+	cr_expect_eq(cache_chunk_len(4097, 4096, 0), 4096);
+	cr_expect_eq(cache_chunk_len(4097, 4096, 1), 1);
+	cr_expect_eq(cache_chunk_len(4097, 4096, 2), 0);
+	cr_expect_eq(cache_chunk_len(8192, 4096, 1), 4096);
+	cr_expect_eq(cache_chunk_len(0, 4096, 0), 0);
+}
+
+Test(cache, bad_options)
+{
+	struct cache *c;
+	struct cache_opts o = { .capacity = 0, .chunk = 1, .max_items = 1 };
+
+	cr_expect_eq(cache_new(&o, &c), -EINVAL);
+	o.capacity = 10;
+	o.chunk = 0;
+	cr_expect_eq(cache_new(&o, &c), -EINVAL);
+}
+
+Test(cache, admission_stops_at_budget_and_nothing_is_evicted)
+{
+	struct cache *c = mk(1000, 0);
+	struct cache_stats s;
+	struct cache_ref ref;
+	struct cache_waiter w = { 0 };
+
+	/* 300-byte items take 320 aligned: three fit in 1000, the fourth not. */
+	for (uint32_t id = 1; id <= 3; id++)
+		cr_expect_eq(load(c, id, &V1, 300), CACHE_LOAD);
+	for (uint32_t id = 4; id <= 50; id++)
+		cr_expect_eq(load(c, id, &V1, 300), CACHE_MISS, "id %u admitted past the budget", id);
+	cache_get_stats(c, &s);
+	cr_expect_leq(s.used, s.capacity);
+	cr_expect_eq(s.items, 3);
+	cr_expect_eq(s.full, 47);
+	/* Epoch after epoch, the first three and only they hit. */
+	for (int epoch = 0; epoch < 3; epoch++)
+		for (uint32_t id = 1; id <= 50; id++) {
+			enum cache_result r = cache_get(c, id, 0, &V1, 300, &w, &ref);
+			if (id <= 3) {
+				cr_assert_eq(r, CACHE_HIT);
+				cr_expect_eq(ref.len, 300);
+				cr_expect_eq(((unsigned char *)ref.data)[299], id);
+			} else {
+				cr_assert_eq(r, CACHE_MISS);
+			}
+		}
+	/* The tail of the budget still fits a smaller item, exactly. */
+	cr_expect_eq(load(c, 99, &V1, 1000 - 960), CACHE_LOAD);
+	cache_get_stats(c, &s);
+	cr_expect_eq(s.used, 1000);
+	cr_expect_eq(load(c, 100, &V1, 1), CACHE_MISS);
+	cache_free(c);
+}
+
+struct race {
+	struct cache *c;
+	int loads, waits, hits, called;
+	pthread_mutex_t lock;
+	pthread_barrier_t go;
+	char seen[64];
+};
+
+static void race_cb(void *arg, const void *data, size_t len)
+{
+	struct race *r = arg;
+
+	pthread_mutex_lock(&r->lock);
+	r->called++;
+	if (!data || len != 100000 || ((const char *)data)[len - 1] != 'x')
+		r->seen[0] = 'B';
+	pthread_mutex_unlock(&r->lock);
+}
+
+static void *racer(void *arg)
+{
+	struct race *r = arg;
+	struct cache_waiter *w = calloc(1, sizeof(*w));
+	struct cache_ref ref;
+
+	w->fn = race_cb;
+	w->arg = r;
+	pthread_barrier_wait(&r->go);
+	enum cache_result res = cache_get(r->c, 7, 0, &V1, 100000, w, &ref);
+	pthread_mutex_lock(&r->lock);
+	if (res == CACHE_LOAD) r->loads++;
+	if (res == CACHE_WAIT) r->waits++;
+	if (res == CACHE_HIT) r->hits++;
+	pthread_mutex_unlock(&r->lock);
+	if (res == CACHE_LOAD) {
+		memset(ref.data, 'x', ref.len);   /* a slow source */
+		for (volatile int i = 0; i < 1000000; i++)
+			;
+		cache_loaded(r->c, &ref, 1);
+	}
+	return w;                           /* freed by the test once all ran */
+}
+
+Test(cache, concurrent_misses_load_once)
+{
+	struct race r = { .c = mk(1 << 20, 0), .lock = PTHREAD_MUTEX_INITIALIZER };
+	pthread_t t[16];
+	void *w[16];
+
+	pthread_barrier_init(&r.go, NULL, 16);
+	for (int i = 0; i < 16; i++)
+		pthread_create(&t[i], NULL, racer, &r);
+	for (int i = 0; i < 16; i++)
+		pthread_join(t[i], &w[i]);
+	cr_expect_eq(r.loads, 1, "%d loads", r.loads);
+	cr_expect_eq(r.loads + r.waits + r.hits, 16);
+	cr_expect_eq(r.called, r.waits, "every waiter called once");
+	cr_expect_neq(r.seen[0], 'B', "a waiter saw wrong bytes");
+	for (int i = 0; i < 16; i++)
+		free(w[i]);
+	cache_free(r.c);
+}
+
+static int failed_calls;
+static void fail_cb(void *arg, const void *data, size_t len)
+{
+	(void)arg, (void)len;
+	if (!data)
+		failed_calls++;
+}
+
+Test(cache, failed_load_wakes_waiters_and_can_be_retried)
+{
+	struct cache *c = mk(1 << 20, 0);
+	struct cache_ref ref, ref2;
+	struct cache_waiter w = { .fn = fail_cb };
+
+	cr_assert_eq(cache_get(c, 3, 0, &V1, 100, &w, &ref), CACHE_LOAD);
+	cr_assert_eq(cache_get(c, 3, 0, &V1, 100, &w, &ref2), CACHE_WAIT);
+	cache_loaded(c, &ref, 0);
+	cr_expect_eq(failed_calls, 1);
+	cr_expect_eq(load(c, 3, &V1, 100), CACHE_LOAD);
+	cr_expect_eq(load(c, 3, &V1, 100), CACHE_HIT);
+	cache_free(c);
+}
+
+Test(cache, checksum_mismatch_is_never_served)
+{
+	struct cache *c = mk(1 << 20, 1);
+	struct cache_stats s;
+
+	cr_expect_eq(load(c, 5, &V1, 300), CACHE_LOAD);
+	cr_expect_eq(load(c, 5, &V1, 300), CACHE_HIT);
+	cr_assert_eq(cache_debug_corrupt(c, 5, 0, 123), 0);
+	cr_expect_eq(cache_debug_corrupt(c, 6, 0, 0), -ENOENT);
+	cr_expect_eq(load(c, 5, &V1, 300), CACHE_MISS);    /* detected, dropped */
+	cache_get_stats(c, &s);
+	cr_expect_eq(s.corrupt, 1);
+	cr_expect_eq(s.items, 0);
+	/* Budget remains, so the next read may admit a good copy again. */
+	cr_expect_eq(load(c, 5, &V1, 300), CACHE_LOAD);
+	cr_expect_eq(load(c, 5, &V1, 300), CACHE_HIT);
+	cache_free(c);
+}
+
+Test(cache, stale_version_is_never_served)
+{
+	struct cache *c = mk(1 << 20, 0);
+	struct cache_stats s;
+	struct cache_ref ref;
+	struct cache_waiter w = { 0 };
+
+	cr_expect_eq(load(c, 9, &V1, 300), CACHE_LOAD);
+	cr_expect_eq(cache_get(c, 9, 0, &V2, 300, &w, &ref), CACHE_LOAD);
+	memset(ref.data, 2, 300);
+	cache_loaded(c, &ref, 1);
+	cache_get_stats(c, &s);
+	cr_expect_eq(s.stale, 1);
+	cr_expect_eq(s.items, 1);
+	cr_expect_eq(cache_get(c, 9, 0, &V2, 300, &w, &ref), CACHE_HIT);
+	cr_expect_eq(((char *)ref.data)[0], 2);
+	/* Asking for the old version again does not resurrect it. */
+	cr_expect_neq(cache_get(c, 9, 0, &V1, 300, &w, &ref), CACHE_HIT);
+	cache_free(c);
+}
+
+Test(cache, chunks_of_one_file_are_separate_items)
+{
+	struct cache *c = mk(1 << 20, 0);
+	struct cache_ref ref;
+	struct cache_waiter w = { 0 };
+
+	cr_assert_eq(cache_get(c, 1, 0, &V1, 4096, &w, &ref), CACHE_LOAD);
+	cache_loaded(c, &ref, 1);
+	cr_expect_eq(cache_get(c, 1, 1, &V1, 10, &w, &ref), CACHE_LOAD);
+	cache_loaded(c, &ref, 1);
+	cr_expect_eq(cache_get(c, 1, 0, &V1, 4096, &w, &ref), CACHE_HIT);
+	cr_expect_eq(ref.len, 4096);
+	cr_expect_eq(cache_get(c, 1, 1, &V1, 10, &w, &ref), CACHE_HIT);
+	cr_expect_eq(ref.len, 10);
+	cache_free(c);
+}
