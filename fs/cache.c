@@ -267,6 +267,8 @@ enum cache_result cache_get(struct cache *c, uint32_t id, uint32_t chunk,
 		}
 		if (state == ST_LOADING) {
 			pthread_mutex_t *m = stripe(c, key);
+			if (!w)
+				return CACHE_WAIT;
 			pthread_mutex_lock(m);
 			if (__atomic_load_n(&it->state, __ATOMIC_ACQUIRE) == ST_LOADING) {
 				w->next = it->waiters;

@@ -80,7 +80,9 @@ int cache_new(const struct cache_opts *o, struct cache **out);
 void cache_free(struct cache *c);
 
 /* Looks up chunk CHUNK of entry ID at version V; LEN is that chunk's length
- * (cache_chunk_len). W is queued only on CACHE_WAIT. */
+ * (cache_chunk_len). W is queued only on CACHE_WAIT. W may be NULL: a
+ * loading item then gives CACHE_WAIT with nothing queued (nor counted), so a
+ * caller can keep the hit path free of allocation and retry with a waiter. */
 enum cache_result cache_get(struct cache *c, uint32_t id, uint32_t chunk,
 			    const struct index_version *v, size_t len,
 			    struct cache_waiter *w, struct cache_ref *ref);

@@ -21,6 +21,36 @@ static int core_render(void *arg, enum control_file f, char *buf, size_t len)
 				       : stats_render_prom(v, n, buf, len);
 }
 
+/* Sizes and creates the RAM cache. The default is a quarter of RAM, but no
+ * more than the dataset needs (items are 64-byte aligned). The arena is
+ * reserved with MAP_NORESERVE, so budget the data never fills costs nothing. */
+static int cache_setup(struct core *c, const struct core_opts *o)
+{
+	struct index_totals t;
+	struct cache_opts co;
+	uint64_t cap = o->cache_size;
+	int err;
+
+	index_totals(c->ix, &t);
+	c->chunk = (uint32_t)(o->cache_chunk ? o->cache_chunk : 1u << 20);
+	if (o->cache_default) {
+		long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+		uint64_t need = t.bytes + t.files * 64;
+		cap = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 4 : 0;
+		if (cap > need)
+			cap = need;
+	}
+	if (!cap || !t.bytes)
+		return 0;
+	co = (struct cache_opts){ .capacity = cap, .chunk = c->chunk, .verify = o->verify,
+				  .max_items = t.files + t.bytes / c->chunk + 16 };
+	err = cache_new(&co, &c->cache);
+	if (err < 0)
+		log_error("cannot reserve a cache of %llu bytes: %s", (unsigned long long)cap,
+			  strerror(-err));
+	return err;
+}
+
 int core_open(const struct core_opts *o, struct core **out)
 {
 	struct index_scan_opts so = { .threads = o->scan_threads, .progress = o->progress };
@@ -58,6 +88,9 @@ int core_open(const struct core_opts *o, struct core **out)
 	err = control_new(core_render, c, &c->ctl);
 	if (err < 0)
 		goto fail;
+	err = cache_setup(c, o);
+	if (err < 0)
+		goto fail;
 	*out = c;
 	return 0;
 fail:
@@ -91,6 +124,7 @@ void core_close(struct core *c)
 	watch_stop(c->watch);
 	storage_free(c->st);
 	control_free(c->ctl);
+	cache_free(c->cache);
 	index_free(c->ix);
 	if (c->rootfd >= 0)
 		close(c->rootfd);
@@ -98,21 +132,30 @@ void core_close(struct core *c)
 	free(c);
 }
 
+/* One read in flight past core_read(): the storage fallback, a cache load,
+ * or a wait on another request's load. */
 struct core_read_ctx {
 	struct core *c;
 	uint32_t id;
+	off_t off;                  /* the request */
+	size_t len;
+	struct index_attr a;        /* the version it must come from */
+	struct cache_ref ref;       /* LOAD: the item being filled */
+	off_t item_off;             /* file offset of the item */
+	struct cache_waiter w;      /* WAIT */
 	core_read_fn done;
 	void *arg;
 };
 
-static void core_read_done(void *arg, ssize_t res, const void *buf)
+static void reply(struct core_read_ctx *x, ssize_t res, const void *buf, int from_cache)
 {
-	struct core_read_ctx *x = arg;
 	struct core *c = x->c;
 
 	if (res >= 0) {
 		stats_add(&c->stats, STAT_READS, 1);
 		stats_add(&c->stats, STAT_READ_BYTES, (uint64_t)res);
+		stats_add(&c->stats, from_cache ? STAT_CACHE_HIT_BYTES : STAT_CACHE_MISS_BYTES,
+			  (uint64_t)res);
 	} else {
 		stats_add(&c->stats, res == -ESTALE ? STAT_STALE_READS : STAT_READ_ERRORS, 1);
 	}
@@ -121,6 +164,62 @@ static void core_read_done(void *arg, ssize_t res, const void *buf)
 	 * kernel about this very inode. */
 	if (res == -ESTALE)
 		index_refresh(c->ix, x->id, 0);
+}
+
+static void storage_done(void *arg, ssize_t res, const void *buf)
+{
+	struct core_read_ctx *x = arg;
+
+	reply(x, res, buf, 0);
+	free(x);
+}
+
+/* Reads the request itself from storage (no cache involved). */
+static void read_storage(struct core_read_ctx *x)
+{
+	char path[4096];
+	int err = index_path(x->c->ix, x->id, path, sizeof(path));
+
+	if (err < 0) {
+		storage_done(x, err, NULL);
+		return;
+	}
+	storage_read(x->c->st, path, &x->a.v, x->off, x->len, NULL, storage_done, x);
+}
+
+/* Serves the request from item bytes DATA (LEN long, at x->item_off). */
+static void reply_from_item(struct core_read_ctx *x, const char *data, size_t len)
+{
+	size_t skip = (size_t)(x->off - x->item_off);
+	size_t n = x->len < len - skip ? x->len : len - skip;
+
+	reply(x, (ssize_t)n, data + skip, 1);
+}
+
+static void wait_done(void *arg, const void *data, size_t len)
+{
+	struct core_read_ctx *x = arg;
+
+	if (!data) {
+		read_storage(x);        /* the load failed: go to the source ourselves */
+		return;
+	}
+	reply_from_item(x, data, len);
+	free(x);
+}
+
+static void load_done(void *arg, ssize_t res, const void *buf)
+{
+	struct core_read_ctx *x = arg;
+	int ok = res == (ssize_t)x->ref.len;
+
+	(void)buf;
+	/* Serve our own request first, then let the waiters go. */
+	if (ok)
+		reply_from_item(x, x->ref.data, x->ref.len);
+	else
+		reply(x, res < 0 ? res : -EIO, NULL, 0);
+	cache_loaded(x->c->cache, &x->ref, ok);
 	free(x);
 }
 
@@ -129,8 +228,6 @@ void core_read(struct core *c, uint32_t id, uint32_t gen, off_t off, size_t len,
 {
 	struct core_read_ctx *x;
 	struct index_attr a;
-	char path[4096];
-	int err;
 
 	if (index_get(c->ix, id, &a) < 0 || !S_ISREG(a.mode)) {
 		stats_add(&c->stats, STAT_READ_ERRORS, 1);
@@ -149,16 +246,59 @@ void core_read(struct core *c, uint32_t id, uint32_t gen, off_t off, size_t len,
 	}
 	if (len > a.v.size - (uint64_t)off)
 		len = (size_t)(a.v.size - (uint64_t)off);
-	err = index_path(c->ix, id, path, sizeof(path));
-	x = malloc(sizeof(*x));
-	if (err < 0 || !x) {
-		free(x);
+
+	uint32_t chunk = (uint32_t)((uint64_t)off / c->chunk);
+	int one_item = c->cache && (uint64_t)(off + (off_t)len - 1) / c->chunk == chunk;
+	struct cache_ref ref;
+	enum cache_result r = CACHE_MISS;
+
+	size_t item_len = c->cache ? cache_chunk_len(a.v.size, c->chunk, chunk) : 0;
+	if (one_item) {
+		/* The hit path allocates nothing: a waiter is needed only if the
+		 * item is loading, and then we ask again with one. */
+		r = cache_get(c->cache, id, chunk, &a.v, item_len, NULL, &ref);
+		if (r == CACHE_HIT) {
+			struct core_read_ctx hx = { .c = c, .id = id, .off = off, .len = len,
+						    .item_off = (off_t)chunk * c->chunk,
+						    .done = done, .arg = arg };
+			reply_from_item(&hx, ref.data, ref.len);
+			return;
+		}
+	}
+	x = calloc(1, sizeof(*x));
+	if (!x) {
+		if (r == CACHE_LOAD)
+			cache_loaded(c->cache, &ref, 0);
 		stats_add(&c->stats, STAT_READ_ERRORS, 1);
-		done(arg, err < 0 ? err : -ENOMEM, NULL);
+		done(arg, -ENOMEM, NULL);
 		return;
 	}
-	*x = (struct core_read_ctx){ c, id, done, arg };
-	storage_read(c->st, path, &a.v, off, len, NULL, core_read_done, x);
+	*x = (struct core_read_ctx){ .c = c, .id = id, .off = off, .len = len, .a = a,
+				     .item_off = (off_t)chunk * c->chunk, .done = done, .arg = arg };
+	if (r == CACHE_WAIT) {
+		x->w.fn = wait_done;
+		x->w.arg = x;
+		r = cache_get(c->cache, id, chunk, &a.v, item_len, &x->w, &ref);
+		if (r == CACHE_WAIT)
+			return;             /* wait_done() finishes it */
+		if (r == CACHE_HIT) {
+			reply_from_item(x, ref.data, ref.len);
+			free(x);
+			return;
+		}
+	}
+	if (r == CACHE_LOAD) {
+		char path[4096];
+		int err = index_path(c->ix, id, path, sizeof(path));
+		x->ref = ref;
+		if (err < 0) {
+			load_done(x, err, NULL);
+			return;
+		}
+		storage_read(c->st, path, &a.v, x->item_off, ref.len, ref.data, load_done, x);
+		return;
+	}
+	read_storage(x);
 }
 
 int core_samples(struct core *c, struct sample *out, int max)
@@ -183,6 +323,22 @@ int core_samples(struct core *c, struct sample *out, int max)
 	COUNTER("storage_reads", "Reads the daemon issued to SOURCE", ss.reads);
 	COUNTER("storage_errors", "Reads of SOURCE that failed", ss.errors);
 	COUNTER("storage_inline_reads", "Reads of SOURCE served at once from its page cache", ss.inline_reads);
+	if (c->cache) {
+		struct cache_stats cs;
+		cache_get_stats(c->cache, &cs);
+		GAUGE("cache_capacity_bytes", "Byte budget of the RAM cache", cs.capacity);
+		GAUGE("cache_used_bytes", "Bytes of the budget in use", cs.used);
+		GAUGE("cache_items", "Items ready in the RAM cache", cs.items);
+		COUNTER("cache_hits", "Reads served from (or waiting on) a cached item", cs.hits);
+		COUNTER("cache_misses", "Reads that found no cached item", cs.misses);
+		COUNTER("cache_corrupt", "Cached items dropped for a checksum mismatch", cs.corrupt);
+		COUNTER("cache_stale", "Cached items dropped because their file changed", cs.stale);
+		COUNTER("cache_full", "Items not admitted: budget spent", cs.full);
+	} else {
+		GAUGE("cache_capacity_bytes", "Byte budget of the RAM cache", 0);
+		GAUGE("cache_used_bytes", "Bytes of the budget in use", 0);
+		GAUGE("cache_items", "Items ready in the RAM cache", 0);
+	}
 #undef GAUGE
 #undef COUNTER
 	n += stats_samples(&c->stats, out + n, max - n);

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "cache.h"
 #include "control.h"
 #include "index.h"
 #include "stats.h"
@@ -24,6 +25,10 @@ struct core_opts {
 	unsigned ring_depth;        /* 0: default */
 	int progress;               /* scan progress line on stderr */
 	int watch;                  /* follow changes with inotify */
+	int cache_default;          /* size the cache by default (cache_size ignored) */
+	uint64_t cache_size;        /* bytes; 0: no RAM cache */
+	uint64_t cache_chunk;       /* item size for large files */
+	int verify;                 /* re-check every hit's checksum */
 };
 
 struct core {
@@ -33,6 +38,8 @@ struct core {
 	struct storage *st;
 	struct control *ctl;
 	struct watch *watch;
+	struct cache *cache;        /* NULL: no RAM cache */
+	uint32_t chunk;
 	struct stats stats;
 	struct core_opts opts;
 };
@@ -47,11 +54,13 @@ int core_open(const struct core_opts *o, struct core **out);
 int core_start(struct core *c);
 void core_close(struct core *c);
 
-/* Done callback of core_read(): RES bytes in BUF, or -errno. */
+/* Done callback of core_read(): RES bytes in BUF, or -errno. BUF is valid
+ * only during the call. */
 typedef void (*core_read_fn)(void *arg, ssize_t res, const void *buf);
 
-/* Reads up to LEN bytes at OFF of file ID as of generation GEN. Clamps to the
- * file's size. -ESTALE when GEN is not the current generation or the file
+/* Reads up to LEN bytes at OFF of file ID as of generation GEN: from the RAM
+ * cache when the item is there (or admitted now), else from storage. Clamps
+ * to the file's size. -ESTALE when GEN is not the current generation or the file
  * changed during the read; then the index is refreshed (after DONE ran). DONE
  * is called exactly once, on this thread or the storage completion thread. */
 void core_read(struct core *c, uint32_t id, uint32_t gen, off_t off, size_t len,

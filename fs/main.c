@@ -78,6 +78,8 @@ int main(int argc, char **argv)
 
 	struct core_opts co = {
 		.source = o.source, .scan_threads = o.scan_threads, .progress = 1, .watch = o.watch,
+		.cache_default = !o.cache_size_set, .cache_size = o.cache_size,
+		.cache_chunk = o.cache_chunk, .verify = o.verify,
 	};
 	if (core_open(&co, &core) < 0) {
 		ops_session_free(sess);

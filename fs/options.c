@@ -4,11 +4,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "options.h"
 
 enum {
 	OPT_THREADS = 256, OPT_SCAN_THREADS, OPT_TIMEOUT, OPT_NO_WATCH, OPT_OPEN, OPT_LOG,
+	OPT_CACHE_SIZE, OPT_CACHE_CHUNK, OPT_VERIFY,
 };
 
 static const struct option longopts[] = {
@@ -22,6 +24,9 @@ static const struct option longopts[] = {
 	{ "no-watch", no_argument, NULL, OPT_NO_WATCH },
 	{ "open", no_argument, NULL, OPT_OPEN },
 	{ "log", required_argument, NULL, OPT_LOG },
+	{ "cache-size", required_argument, NULL, OPT_CACHE_SIZE },
+	{ "cache-chunk", required_argument, NULL, OPT_CACHE_CHUNK },
+	{ "verify", no_argument, NULL, OPT_VERIFY },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -48,9 +53,14 @@ void options_usage(void *fp, const char *prog)
 		"      --open           answer open() in the daemon instead of letting the\n"
 		"                       kernel skip it (slower; for comparisons)\n"
 		"      --log FILE       where the daemon writes its messages once detached\n"
+		"      --cache-size SIZE  RAM cache budget: bytes with K/M/G/T, or N%% of RAM;\n"
+		"                       0 disables (default %u%% of RAM, at most the dataset)\n"
+		"      --cache-chunk SIZE files larger than this are cached in pieces of\n"
+		"                       this size (default 1M; a multiple of 128K)\n"
+		"      --verify         re-check the checksum of every cache hit\n"
 		"  -h, --help           print this help\n"
 		"  -V, --version        print the version\n",
-		prog, OPTIONS_DEFAULT_THREADS, OPTIONS_DEFAULT_TIMEOUT);
+		prog, OPTIONS_DEFAULT_THREADS, OPTIONS_DEFAULT_TIMEOUT, OPTIONS_DEFAULT_CACHE_PERCENT);
 }
 
 int options_parse_uint(const char *s, unsigned min, unsigned max, unsigned *out)
@@ -65,6 +75,42 @@ int options_parse_uint(const char *s, unsigned min, unsigned max, unsigned *out)
 	if (errno || *end || v < min || v > max)
 		return -EINVAL;
 	*out = (unsigned)v;
+	return 0;
+}
+
+int options_parse_size(const char *s, uint64_t ram_bytes, uint64_t *out)
+{
+	static const char units[] = "KMGT";
+	unsigned long long v;
+	char *end;
+	int shift = 0;
+
+	if (!s || *s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno)
+		return -EINVAL;
+	if (*end == '%') {
+		if (end[1] || v > 100)
+			return -EINVAL;
+		*out = ram_bytes / 100 * v;
+		return 0;
+	}
+	if (*end) {
+		const char *u = strchr(units, end[0] & ~0x20);
+		if (!u || !end[0])
+			return -EINVAL;
+		shift = 10 * (int)(u - units + 1);
+		end++;
+		if (!strcmp(end, "iB") || !strcmp(end, "B") || !strcmp(end, "ib") || !strcmp(end, "b"))
+			end += strlen(end);
+		if (*end)
+			return -EINVAL;
+	}
+	if (shift && v > (~0ull >> shift))
+		return -EINVAL;
+	*out = (uint64_t)v << shift;
 	return 0;
 }
 
@@ -83,6 +129,13 @@ static int parse_seconds(const char *s, double *out)
 	return 0;
 }
 
+static uint64_t ram_bytes(void)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+
+	return pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
+}
+
 #define FAIL(...) do { snprintf(err, errlen, __VA_ARGS__); return -EINVAL; } while (0)
 
 int options_parse(int argc, char **argv, struct options *o, char *err, size_t errlen)
@@ -93,6 +146,7 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 	o->timeout = OPTIONS_DEFAULT_TIMEOUT;
 	o->threads = OPTIONS_DEFAULT_THREADS;
 	o->watch = 1;
+	o->cache_chunk = OPTIONS_DEFAULT_CACHE_CHUNK;
 	err[0] = '\0';
 	optind = 0;                 /* full re-initialisation, so tests can call us again */
 	opterr = 0;
@@ -141,6 +195,19 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 			break;
 		case OPT_LOG:
 			o->log_file = optarg;
+			break;
+		case OPT_CACHE_SIZE:
+			if (options_parse_size(optarg, ram_bytes(), &o->cache_size))
+				FAIL("--cache-size %s: expected bytes with K/M/G/T, or N%% of RAM", optarg);
+			o->cache_size_set = 1;
+			break;
+		case OPT_CACHE_CHUNK:
+			if (options_parse_size(optarg, 0, &o->cache_chunk) || !o->cache_chunk ||
+			    o->cache_chunk % (128u << 10) || o->cache_chunk > (1ull << 30))
+				FAIL("--cache-chunk %s: expected a multiple of 128K up to 1G", optarg);
+			break;
+		case OPT_VERIFY:
+			o->verify = 1;
 			break;
 		case ':':
 			FAIL("%s: missing argument", argv[optind - 1]);

@@ -8,6 +8,7 @@
 #define EPOCHFS_OPTIONS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct options {
 	const char *source;
@@ -20,11 +21,17 @@ struct options {
 	int foreground, debug;
 	int watch;                  /* follow changes with inotify */
 	int handle_open;            /* answer open() in the daemon (no FUSE no_open) */
+	int cache_size_set;         /* --cache-size given (else the default) */
+	uint64_t cache_size;        /* bytes; 0 disables the RAM cache */
+	uint64_t cache_chunk;       /* item size for large files */
+	int verify;                 /* re-check every cache hit's checksum */
 	int help, version;
 };
 
 #define OPTIONS_DEFAULT_TIMEOUT 3600.0
 #define OPTIONS_DEFAULT_THREADS 8u
+#define OPTIONS_DEFAULT_CACHE_PERCENT 25u
+#define OPTIONS_DEFAULT_CACHE_CHUNK (1u << 20)
 
 /* Returns 0, or -EINVAL with a one-line reason (no program name, no
  * newline) in ERR. With -h/-V it returns 0 and sets help/version; SOURCE
@@ -33,6 +40,10 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 
 /* Writes the --help text to F (a FILE *, void to keep stdio out of here). */
 void options_usage(void *f, const char *prog);
+
+/* Parses a size: N, or N with K/M/G/T (powers of 1024, an optional "iB"
+ * or "B" after), or N% of RAM_BYTES (N at most 100). 0 or -EINVAL. */
+int options_parse_size(const char *s, uint64_t ram_bytes, uint64_t *out);
 
 /* Parses a decimal count in [MIN, MAX]; 0 or -EINVAL. */
 int options_parse_uint(const char *s, unsigned min, unsigned max, unsigned *out);

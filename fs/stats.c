@@ -16,6 +16,8 @@ static const struct {
 	[STAT_STALE_READS] = { "stale_reads", "Reads refused because the backing file changed" },
 	[STAT_LOOKUPS] = { "lookups", "Name lookups answered" },
 	[STAT_CHANGES] = { "changes", "Backing entries seen changed or removed" },
+	[STAT_CACHE_HIT_BYTES] = { "cache_hit_bytes", "Bytes returned to readers from the RAM cache" },
+	[STAT_CACHE_MISS_BYTES] = { "cache_miss_bytes", "Bytes returned to readers from storage" },
 };
 
 static double mono(void)

@@ -19,6 +19,8 @@ enum stat_id {
 	STAT_STALE_READS,       /* reads refused: the backing file changed */
 	STAT_LOOKUPS,           /* name lookups */
 	STAT_CHANGES,           /* backing entries seen changed or gone */
+	STAT_CACHE_HIT_BYTES,   /* of read_bytes, served from the RAM cache */
+	STAT_CACHE_MISS_BYTES,  /* of read_bytes, served from storage */
 	STAT__COUNT
 };
 

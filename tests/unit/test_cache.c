@@ -235,3 +235,20 @@ Test(cache, chunks_of_one_file_are_separate_items)
 	cr_expect_eq(ref.len, 10);
 	cache_free(c);
 }
+
+Test(cache, null_waiter_only_reports_a_load)
+{
+	struct cache *c = mk(1 << 20, 0);
+	struct cache_ref ref, ref2;
+	struct cache_stats s0, s1;
+
+	cr_assert_eq(cache_get(c, 2, 0, &V1, 100, NULL, &ref), CACHE_LOAD);
+	cache_get_stats(c, &s0);
+	cr_expect_eq(cache_get(c, 2, 0, &V1, 100, NULL, &ref2), CACHE_WAIT);
+	cache_get_stats(c, &s1);
+	cr_expect_eq(s1.hits, s0.hits);
+	memset(ref.data, 1, 100);
+	cache_loaded(c, &ref, 1);
+	cr_expect_eq(cache_get(c, 2, 0, &V1, 100, NULL, &ref2), CACHE_HIT);
+	cache_free(c);
+}

@@ -101,3 +101,49 @@ Test(options, parse_uint_bounds)
 	cr_expect_eq(options_parse_uint("+3", 1, 100, &v), -EINVAL);
 	cr_expect_eq(options_parse_uint("99999999999999999999", 0, ~0u, &v), -EINVAL);
 }
+
+Test(options, sizes)
+{
+	uint64_t v;
+
+	cr_expect_eq(options_parse_size("0", 0, &v), 0);
+	cr_expect_eq(v, 0);
+	cr_expect_eq(options_parse_size("4096", 0, &v), 0);
+	cr_expect_eq(v, 4096);
+	cr_expect_eq(options_parse_size("3K", 0, &v), 0);
+	cr_expect_eq(v, 3072);
+	cr_expect_eq(options_parse_size("2m", 0, &v), 0);
+	cr_expect_eq(v, 2u << 20);
+	cr_expect_eq(options_parse_size("5GiB", 0, &v), 0);
+	cr_expect_eq(v, 5ull << 30);
+	cr_expect_eq(options_parse_size("1T", 0, &v), 0);
+	cr_expect_eq(v, 1ull << 40);
+	cr_expect_eq(options_parse_size("50%", 1000, &v), 0);
+	cr_expect_eq(v, 500);
+	cr_expect_eq(options_parse_size("101%", 1000, &v), -EINVAL);
+	cr_expect_eq(options_parse_size("5%x", 1000, &v), -EINVAL);
+	cr_expect_eq(options_parse_size("1X", 0, &v), -EINVAL);
+	cr_expect_eq(options_parse_size("1Kx", 0, &v), -EINVAL);
+	cr_expect_eq(options_parse_size("-1", 0, &v), -EINVAL);
+	cr_expect_eq(options_parse_size("", 0, &v), -EINVAL);
+	cr_expect_eq(options_parse_size("99999999999T", 0, &v), -EINVAL);
+}
+
+Test(options, cache_options)
+{
+	struct options o;
+	char err[256];
+
+	cr_assert_eq(parse(&o, err, "--cache-size", "2G", "--cache-chunk", "256K", "--verify", "s", "m", NULL), 0, "%s", err);
+	cr_expect(o.cache_size_set);
+	cr_expect_eq(o.cache_size, 2ull << 30);
+	cr_expect_eq(o.cache_chunk, 256u << 10);
+	cr_expect(o.verify);
+	cr_expect_eq(parse(&o, err, "--cache-size", "lots", "s", "m", NULL), -EINVAL);
+	cr_expect(strstr(err, "--cache-size lots"), "%s", err);
+	cr_expect_eq(parse(&o, err, "--cache-chunk", "100K", "s", "m", NULL), -EINVAL);
+	cr_expect_eq(parse(&o, err, "--cache-chunk", "0", "s", "m", NULL), -EINVAL);
+	cr_assert_eq(parse(&o, err, "s", "m", NULL), 0);
+	cr_expect(!o.cache_size_set);
+	cr_expect_eq(o.cache_chunk, OPTIONS_DEFAULT_CACHE_CHUNK);
+}
