@@ -219,5 +219,10 @@ int main(int argc, char **argv)
 		fflush(stdout);
 		failed |= r.errors != 0;
 	}
+	free(r.order);
+	free(tids);
+	for (size_t i = 0; i < nfiles; i++)
+		free(files[i]);
+	free(files);
 	return failed ? 1 : 0;
 }
