@@ -8,6 +8,7 @@
 
 #include "core.h"
 #include "log.h"
+#include "options.h"
 #include "watch.h"
 
 #define CORE_MAX_SAMPLES 64
@@ -34,9 +35,8 @@ static int cache_setup(struct core *c, const struct core_opts *o)
 	index_totals(c->ix, &t);
 	c->chunk = (uint32_t)(o->cache_chunk ? o->cache_chunk : 1u << 20);
 	if (o->cache_default) {
-		long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
 		uint64_t need = t.bytes + t.files * 64;
-		cap = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 4 : 0;
+		cap = options_ram_bytes() / 100 * OPTIONS_DEFAULT_CACHE_PERCENT;
 		if (cap > need)
 			cap = need;
 	}

@@ -129,7 +129,7 @@ static int parse_seconds(const char *s, double *out)
 	return 0;
 }
 
-static uint64_t ram_bytes(void)
+uint64_t options_ram_bytes(void)
 {
 	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
 
@@ -197,7 +197,7 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 			o->log_file = optarg;
 			break;
 		case OPT_CACHE_SIZE:
-			if (options_parse_size(optarg, ram_bytes(), &o->cache_size))
+			if (options_parse_size(optarg, options_ram_bytes(), &o->cache_size))
 				FAIL("--cache-size %s: expected bytes with K/M/G/T, or N%% of RAM", optarg);
 			o->cache_size_set = 1;
 			break;

@@ -45,6 +45,9 @@ void options_usage(void *f, const char *prog);
  * or "B" after), or N% of RAM_BYTES (N at most 100). 0 or -EINVAL. */
 int options_parse_size(const char *s, uint64_t ram_bytes, uint64_t *out);
 
+/* Bytes of physical memory (0 if unknown); the base of "N%" sizes. */
+uint64_t options_ram_bytes(void);
+
 /* Parses a decimal count in [MIN, MAX]; 0 or -EINVAL. */
 int options_parse_uint(const char *s, unsigned min, unsigned max, unsigned *out);
 
