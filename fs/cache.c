@@ -50,6 +50,8 @@ struct cache {
 	struct citem *all;              /* atomic push-only list */
 	pthread_mutex_t stripes[CACHE_STRIPES];
 	struct cache_stats st;          /* atomic counters (capacity/used/items derived) */
+	pthread_mutex_t scrub_lock;     /* one scrubber at a time (its cursor) */
+	uint64_t scrub_cursor;          /* next slot the scrubber looks at */
 	uint64_t ready;                 /* atomic */
 };
 
@@ -112,6 +114,7 @@ int cache_new(const struct cache_opts *o, struct cache **out)
 	madvise(c->arena, o->capacity, MADV_HUGEPAGE);
 	for (int i = 0; i < CACHE_STRIPES; i++)
 		pthread_mutex_init(&c->stripes[i], NULL);
+	pthread_mutex_init(&c->scrub_lock, NULL);
 	*out = c;
 	return 0;
 }
@@ -126,6 +129,7 @@ void cache_free(struct cache *c)
 	}
 	for (int i = 0; i < CACHE_STRIPES; i++)
 		pthread_mutex_destroy(&c->stripes[i]);
+	pthread_mutex_destroy(&c->scrub_lock);
 	munmap(c->arena, c->o.capacity);
 	free(c->slots);
 	free(c);
@@ -183,6 +187,23 @@ static void finish(struct cache *c, struct citem *it, int state)
 			w->fn(w->arg, NULL, 0);
 		w = next;
 	}
+}
+
+/* Checks a READY item's bytes against its checksum. On a mismatch the item
+ * is retired (DEAD, counted once) and 0 returned: it is never served again,
+ * and the next read goes to the source and may admit it anew. */
+static int item_intact(struct cache *c, struct citem *it)
+{
+	int ready = ST_READY;
+
+	if (XXH3_64bits(it->data, it->len) == it->xxh)
+		return 1;
+	if (__atomic_compare_exchange_n(&it->state, &ready, ST_DEAD, 0, __ATOMIC_ACQ_REL,
+					__ATOMIC_RELAXED)) {
+		INC(c->st.corrupt);
+		__atomic_sub_fetch(&c->ready, 1, __ATOMIC_RELAXED);
+	}
+	return 0;
 }
 
 /* Claims slot *SLOT (holding OLD: NULL or a dead item) with a new LOADING
@@ -281,16 +302,8 @@ enum cache_result cache_get(struct cache *c, uint32_t id, uint32_t chunk,
 			continue;           /* it just finished: look again */
 		}
 		/* READY */
-		if (c->o.verify && XXH3_64bits(it->data, it->len) != it->xxh) {
-			int ready = ST_READY;
-			if (__atomic_compare_exchange_n(&it->state, &ready, ST_DEAD, 0, __ATOMIC_ACQ_REL,
-							__ATOMIC_RELAXED)) {
-				INC(c->st.corrupt);
-				__atomic_sub_fetch(&c->ready, 1, __ATOMIC_RELAXED);
-			}
-			INC(c->st.misses);
-			return CACHE_MISS;  /* never serve it; the caller reads the source */
-		}
+		if (c->o.verify && !item_intact(c, it))
+			continue;           /* never served: now DEAD, so admit a new copy */
 		INC(c->st.hits);
 		ref->item = it;
 		ref->data = it->data;
@@ -321,7 +334,46 @@ void cache_get_stats(struct cache *c, struct cache_stats *s)
 	s->corrupt = LD(c->st.corrupt);
 	s->stale = LD(c->st.stale);
 	s->full = LD(c->st.full);
+	s->scrubbed_bytes = LD(c->st.scrubbed_bytes);
+	s->scrub_passes = LD(c->st.scrub_passes);
 #undef LD
+}
+
+uint64_t cache_scrub(struct cache *c, uint64_t max_bytes)
+{
+	uint64_t done = 0, looked = 0;
+
+	pthread_mutex_lock(&c->scrub_lock);
+	while (done < max_bytes && looked <= c->mask) {
+		uint64_t i = c->scrub_cursor;
+		struct citem *it = __atomic_load_n(&c->slots[i], __ATOMIC_ACQUIRE);
+
+		c->scrub_cursor = (i + 1) & c->mask;
+		looked++;
+		if (c->scrub_cursor == 0)
+			INC(c->st.scrub_passes);
+		if (!it || __atomic_load_n(&it->state, __ATOMIC_ACQUIRE) != ST_READY)
+			continue;
+		item_intact(c, it);
+		done += it->len;
+	}
+	pthread_mutex_unlock(&c->scrub_lock);
+	__atomic_add_fetch(&c->st.scrubbed_bytes, done, __ATOMIC_RELAXED);
+	return done;
+}
+
+int cache_debug_corrupt_any(struct cache *c, uint64_t start, uint32_t *id, uint32_t *chunk)
+{
+	for (uint64_t n = 0; n <= c->mask; n++) {
+		struct citem *it = __atomic_load_n(&c->slots[(start + n) & c->mask], __ATOMIC_ACQUIRE);
+		if (it && it->len && __atomic_load_n(&it->state, __ATOMIC_ACQUIRE) == ST_READY) {
+			it->data[it->len / 2] ^= 0x01;
+			*id = (uint32_t)(it->key >> 32);
+			*chunk = (uint32_t)it->key;
+			return 0;
+		}
+	}
+	return -ENOENT;
 }
 
 int cache_debug_corrupt(struct cache *c, uint32_t id, uint32_t chunk, size_t off)

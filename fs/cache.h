@@ -11,7 +11,8 @@
  * lookup with another version finds it stale, never serves it, and may admit
  * the new version while budget remains. Each item's xxh3 is taken when it is
  * admitted; with verify on, every hit is re-checked, and a mismatch is never
- * served.
+ * served: the item is dropped (counted in `corrupt`) and the same lookup goes
+ * on as for an absent item (a fresh load while budget remains, else a miss).
  *
  * Concurrent misses of one item cause one load: the first caller gets
  * CACHE_LOAD and fills the item, the others get CACHE_WAIT and their waiter
@@ -69,9 +70,11 @@ struct cache_stats {
 	uint64_t capacity, used;    /* bytes; used counts stale and failed items too */
 	uint64_t items;             /* items ready to serve */
 	uint64_t hits, misses;      /* cache_get() results (WAIT counts as a hit) */
-	uint64_t corrupt;           /* hits refused: checksum mismatch */
+	uint64_t corrupt;           /* items dropped: checksum mismatch (hit or scrub) */
 	uint64_t stale;             /* items found with an old version */
 	uint64_t full;              /* admissions refused for lack of budget */
+	uint64_t scrubbed_bytes;    /* bytes the scrubber re-checked */
+	uint64_t scrub_passes;      /* full passes of the scrubber over the table */
 };
 
 /* Returns 0 and *OUT, or -EINVAL (bad options) / -ENOMEM. */
@@ -96,6 +99,17 @@ void cache_get_stats(struct cache *c, struct cache_stats *s);
  * item I (0 for I past the end). A file of 0 bytes makes no item. */
 uint32_t cache_chunks(uint64_t size, uint32_t chunk);
 size_t cache_chunk_len(uint64_t size, uint32_t chunk, uint32_t i);
+
+/* Re-checks the checksums of ready items, going on from where the last call
+ * stopped (wrapping round the table), until about MAX_BYTES were hashed or
+ * every slot was looked at once. A mismatch is dropped exactly as a failed
+ * --verify hit is (counted in `corrupt`, never served). Returns the bytes
+ * hashed. Calls are serialized; hits and loads go on meanwhile. */
+uint64_t cache_scrub(struct cache *c, uint64_t max_bytes);
+
+/* Debug hook: flips one bit in the middle of the first ready item at or after
+ * table slot START and reports its key. -ENOENT if no item is ready. */
+int cache_debug_corrupt_any(struct cache *c, uint64_t start, uint32_t *id, uint32_t *chunk);
 
 /* Test hook: flips one bit of byte OFF of a ready item. -ENOENT if absent. */
 int cache_debug_corrupt(struct cache *c, uint32_t id, uint32_t chunk, size_t off);

@@ -1,6 +1,7 @@
 /* core.c - see core.h. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -98,6 +99,25 @@ fail:
 	return err;
 }
 
+/* Runs on the scrub thread: a debug command byte. */
+static void debug_cmd(void *arg, char cmd)
+{
+	struct core *c = arg;
+	static uint64_t next_slot;
+	uint32_t id, chunk;
+	char path[4096];
+
+	if (cmd != 'c' || !c->cache)
+		return;
+	if (cache_debug_corrupt_any(c->cache, next_slot++ * 7919, &id, &chunk) < 0) {
+		log_warn("debug hook: no cached item to corrupt");
+		return;
+	}
+	if (index_path(c->ix, id, path, sizeof(path)) < 0)
+		snprintf(path, sizeof(path), "#%u", id);
+	log_warn("debug hook: flipped one bit of cached item %s (chunk %u)", path, chunk);
+}
+
 int core_start(struct core *c)
 {
 	int err = storage_new(c->rootfd, c->opts.ring_depth, &c->st);
@@ -105,6 +125,14 @@ int core_start(struct core *c)
 	if (err < 0) {
 		log_error("cannot set up io_uring: %s", strerror(-err));
 		return err;
+	}
+	storage_set_drop_source_cache(c->st, !c->opts.keep_source_cache);
+	if (c->cache) {
+		err = scrub_start(c->cache, c->opts.scrub_rate, debug_cmd, c, &c->scrub);
+		if (err < 0) {
+			log_error("cannot start the cache scrubber: %s", strerror(-err));
+			return err;
+		}
 	}
 	if (c->opts.watch) {
 		err = watch_start(c->ix, c->source, &c->watch);
@@ -122,6 +150,7 @@ void core_close(struct core *c)
 	if (!c)
 		return;
 	watch_stop(c->watch);
+	scrub_stop(c->scrub);
 	storage_free(c->st);
 	control_free(c->ctl);
 	cache_free(c->cache);
@@ -301,6 +330,11 @@ void core_read(struct core *c, uint32_t id, uint32_t gen, off_t off, size_t len,
 	read_storage(x);
 }
 
+int core_debug_fd(struct core *c)
+{
+	return scrub_command_fd(c->scrub);
+}
+
 int core_samples(struct core *c, struct sample *out, int max)
 {
 	struct index_totals t;
@@ -323,22 +357,19 @@ int core_samples(struct core *c, struct sample *out, int max)
 	COUNTER("storage_reads", "Reads the daemon issued to SOURCE", ss.reads);
 	COUNTER("storage_errors", "Reads of SOURCE that failed", ss.errors);
 	COUNTER("storage_inline_reads", "Reads of SOURCE served at once from its page cache", ss.inline_reads);
-	if (c->cache) {
-		struct cache_stats cs;
+	struct cache_stats cs = { 0 };
+	if (c->cache)
 		cache_get_stats(c->cache, &cs);
-		GAUGE("cache_capacity_bytes", "Byte budget of the RAM cache", cs.capacity);
-		GAUGE("cache_used_bytes", "Bytes of the budget in use", cs.used);
-		GAUGE("cache_items", "Items ready in the RAM cache", cs.items);
-		COUNTER("cache_hits", "Reads served from (or waiting on) a cached item", cs.hits);
-		COUNTER("cache_misses", "Reads that found no cached item", cs.misses);
-		COUNTER("cache_corrupt", "Cached items dropped for a checksum mismatch", cs.corrupt);
-		COUNTER("cache_stale", "Cached items dropped because their file changed", cs.stale);
-		COUNTER("cache_full", "Items not admitted: budget spent", cs.full);
-	} else {
-		GAUGE("cache_capacity_bytes", "Byte budget of the RAM cache", 0);
-		GAUGE("cache_used_bytes", "Bytes of the budget in use", 0);
-		GAUGE("cache_items", "Items ready in the RAM cache", 0);
-	}
+	GAUGE("cache_capacity_bytes", "Byte budget of the RAM cache", cs.capacity);
+	GAUGE("cache_used_bytes", "Bytes of the budget in use", cs.used);
+	GAUGE("cache_items", "Items ready in the RAM cache", cs.items);
+	COUNTER("cache_hits", "Reads served from (or waiting on) a cached item", cs.hits);
+	COUNTER("cache_misses", "Reads that found no cached item", cs.misses);
+	COUNTER("cache_corrupt", "Cached items dropped for a checksum mismatch", cs.corrupt);
+	COUNTER("cache_stale", "Cached items dropped because their file changed", cs.stale);
+	COUNTER("cache_full", "Items not admitted: budget spent", cs.full);
+	COUNTER("cache_scrubbed_bytes", "Bytes the background scrubber re-checked", cs.scrubbed_bytes);
+	COUNTER("cache_scrub_passes", "Full passes of the scrubber over the cache", cs.scrub_passes);
 #undef GAUGE
 #undef COUNTER
 	n += stats_samples(&c->stats, out + n, max - n);

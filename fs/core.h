@@ -16,6 +16,7 @@
 #include "cache.h"
 #include "control.h"
 #include "index.h"
+#include "scrub.h"
 #include "stats.h"
 #include "storage.h"
 
@@ -29,6 +30,8 @@ struct core_opts {
 	uint64_t cache_size;        /* bytes; 0: no RAM cache */
 	uint64_t cache_chunk;       /* item size for large files */
 	int verify;                 /* re-check every hit's checksum */
+	uint64_t scrub_rate;        /* bytes/s the scrubber re-checks; 0: none */
+	int keep_source_cache;      /* leave SOURCE's page cache alone after reads */
 };
 
 struct core {
@@ -39,6 +42,7 @@ struct core {
 	struct control *ctl;
 	struct watch *watch;
 	struct cache *cache;        /* NULL: no RAM cache */
+	struct scrub *scrub;        /* NULL: no cache, or not started */
 	uint32_t chunk;
 	struct stats stats;
 	struct core_opts opts;
@@ -53,6 +57,12 @@ int core_open(const struct core_opts *o, struct core **out);
  * thread). Reads need it. Returns 0 or -errno (logged). */
 int core_start(struct core *c);
 void core_close(struct core *c);
+
+/* Debug hooks, for tests only (the daemon arms them when EPOCHFS_DEBUG_HOOKS=1
+ * is in its environment): the fd a signal handler writes a command byte to,
+ * or -1. Commands: 'c' flips one bit of one cached item (logged with its
+ * path), so tests can prove a corrupt item is never served. */
+int core_debug_fd(struct core *c);
 
 /* Done callback of core_read(): RES bytes in BUF, or -errno. BUF is valid
  * only during the call. */

@@ -7,6 +7,8 @@
  * unmount or SIGINT/SIGTERM, 1 on any error, 2 on a usage error.
  */
 #include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -20,6 +22,22 @@
 #ifndef EPOCHFS_VERSION
 #define EPOCHFS_VERSION "0.1.0"
 #endif
+
+static struct core *debug_core;
+
+/* SIGUSR2 with EPOCHFS_DEBUG_HOOKS=1: ask the scrub thread to corrupt one
+ * cached item (tests only). write(2) is async-signal-safe. */
+static void debug_signal(int sig)
+{
+	int fd = debug_core ? core_debug_fd(debug_core) : -1;
+	int saved = errno;
+
+	(void)sig;
+	if (fd >= 0 && write(fd, "c", 1) < 0) {
+		/* the pipe is full: the command is dropped */
+	}
+	errno = saved;
+}
 
 static int check_dir(const char *what, const char *path)
 {
@@ -79,11 +97,19 @@ int main(int argc, char **argv)
 	struct core_opts co = {
 		.source = o.source, .scan_threads = o.scan_threads, .progress = 1, .watch = o.watch,
 		.cache_default = !o.cache_size_set, .cache_size = o.cache_size,
-		.cache_chunk = o.cache_chunk, .verify = o.verify,
+		.cache_chunk = o.cache_chunk, .verify = o.verify, .scrub_rate = o.scrub_rate,
+		.keep_source_cache = o.keep_source_cache,
 	};
 	if (core_open(&co, &core) < 0) {
 		ops_session_free(sess);
 		return 1;
+	}
+	if (getenv("EPOCHFS_DEBUG_HOOKS") && !strcmp(getenv("EPOCHFS_DEBUG_HOOKS"), "1")) {
+		struct sigaction sa = { .sa_handler = debug_signal, .sa_flags = SA_RESTART };
+		sigemptyset(&sa.sa_mask);
+		debug_core = core;
+		sigaction(SIGUSR2, &sa, NULL);
+		log_warn("debug hooks armed: SIGUSR2 corrupts one cached item");
 	}
 	ret = ops_session_run(sess, core);
 	core_close(core);

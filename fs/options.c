@@ -10,7 +10,7 @@
 
 enum {
 	OPT_THREADS = 256, OPT_SCAN_THREADS, OPT_TIMEOUT, OPT_NO_WATCH, OPT_OPEN, OPT_LOG,
-	OPT_CACHE_SIZE, OPT_CACHE_CHUNK, OPT_VERIFY,
+	OPT_CACHE_SIZE, OPT_CACHE_CHUNK, OPT_VERIFY, OPT_SCRUB_RATE, OPT_KEEP_SOURCE_CACHE,
 };
 
 static const struct option longopts[] = {
@@ -27,6 +27,8 @@ static const struct option longopts[] = {
 	{ "cache-size", required_argument, NULL, OPT_CACHE_SIZE },
 	{ "cache-chunk", required_argument, NULL, OPT_CACHE_CHUNK },
 	{ "verify", no_argument, NULL, OPT_VERIFY },
+	{ "scrub-rate", required_argument, NULL, OPT_SCRUB_RATE },
+	{ "keep-source-cache", no_argument, NULL, OPT_KEEP_SOURCE_CACHE },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -58,6 +60,10 @@ void options_usage(void *fp, const char *prog)
 		"      --cache-chunk SIZE files larger than this are cached in pieces of\n"
 		"                       this size (default 1M; a multiple of 128K)\n"
 		"      --verify         re-check the checksum of every cache hit\n"
+		"      --scrub-rate SIZE  bytes per second the background scrubber re-checks\n"
+		"                       (default 32M; 0 turns it off)\n"
+		"      --keep-source-cache  leave what the daemon reads in SOURCE's page cache\n"
+		"                       (default: drop it; the RAM cache holds the copy)\n"
 		"  -h, --help           print this help\n"
 		"  -V, --version        print the version\n",
 		prog, OPTIONS_DEFAULT_THREADS, OPTIONS_DEFAULT_TIMEOUT, OPTIONS_DEFAULT_CACHE_PERCENT);
@@ -92,7 +98,7 @@ int options_parse_size(const char *s, uint64_t ram_bytes, uint64_t *out)
 	if (errno)
 		return -EINVAL;
 	if (*end == '%') {
-		if (end[1] || v > 100)
+		if (end[1] || v > 100 || !ram_bytes)
 			return -EINVAL;
 		*out = ram_bytes / 100 * v;
 		return 0;
@@ -147,6 +153,7 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 	o->threads = OPTIONS_DEFAULT_THREADS;
 	o->watch = 1;
 	o->cache_chunk = OPTIONS_DEFAULT_CACHE_CHUNK;
+	o->scrub_rate = OPTIONS_DEFAULT_SCRUB_RATE;
 	err[0] = '\0';
 	optind = 0;                 /* full re-initialisation, so tests can call us again */
 	opterr = 0;
@@ -208,6 +215,13 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 			break;
 		case OPT_VERIFY:
 			o->verify = 1;
+			break;
+		case OPT_SCRUB_RATE:
+			if (options_parse_size(optarg, 0, &o->scrub_rate))
+				FAIL("--scrub-rate %s: expected bytes per second with K/M/G/T", optarg);
+			break;
+		case OPT_KEEP_SOURCE_CACHE:
+			o->keep_source_cache = 1;
 			break;
 		case ':':
 			FAIL("%s: missing argument", argv[optind - 1]);

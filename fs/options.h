@@ -25,6 +25,8 @@ struct options {
 	uint64_t cache_size;        /* bytes; 0 disables the RAM cache */
 	uint64_t cache_chunk;       /* item size for large files */
 	int verify;                 /* re-check every cache hit's checksum */
+	uint64_t scrub_rate;        /* scrubber bytes per second; 0: off */
+	int keep_source_cache;      /* do not drop SOURCE's page cache after reads */
 	int help, version;
 };
 
@@ -32,6 +34,7 @@ struct options {
 #define OPTIONS_DEFAULT_THREADS 8u
 #define OPTIONS_DEFAULT_CACHE_PERCENT 25u
 #define OPTIONS_DEFAULT_CACHE_CHUNK (1u << 20)
+#define OPTIONS_DEFAULT_SCRUB_RATE (32ull << 20)
 
 /* Returns 0, or -EINVAL with a one-line reason (no program name, no
  * newline) in ERR. With -h/-V it returns 0 and sets help/version; SOURCE
@@ -42,7 +45,8 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 void options_usage(void *f, const char *prog);
 
 /* Parses a size: N, or N with K/M/G/T (powers of 1024, an optional "iB"
- * or "B" after), or N% of RAM_BYTES (N at most 100). 0 or -EINVAL. */
+ * or "B" after), or N% of RAM_BYTES (N at most 100; refused when RAM_BYTES
+ * is 0, for sizes that are not shares of RAM). 0 or -EINVAL. */
 int options_parse_size(const char *s, uint64_t ram_bytes, uint64_t *out);
 
 /* Bytes of physical memory (0 if unknown); the base of "N%" sizes. */

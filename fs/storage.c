@@ -52,6 +52,7 @@ struct storage {
 	unsigned inflight;          /* sq_lock */
 	pthread_t cq_thread;
 	struct storage_stats stats; /* atomics */
+	int drop_source_cache;      /* atomic */
 };
 
 static void queue_locked(struct storage *st, struct sreq *r)
@@ -78,13 +79,19 @@ static int check_version(int fd, const struct index_version *expect)
 }
 
 /* Version check, close, counters: the end of every read, inline or not. */
-static ssize_t conclude(struct storage *st, int fd, const struct index_version *expect, ssize_t res)
+static ssize_t conclude(struct storage *st, int fd, off_t off, const struct index_version *expect,
+			ssize_t res)
 {
 	if (res >= 0 && expect) {
 		int err = check_version(fd, expect);
 		if (err)
 			res = err;
 	}
+	/* The bytes now live where the caller keeps them (the RAM cache, the
+	 * kernel's cache of the mount): a second copy in SOURCE's page cache
+	 * would only take memory the cache budget does not count. */
+	if (res > 0 && __atomic_load_n(&st->drop_source_cache, __ATOMIC_RELAXED))
+		posix_fadvise(fd, off, res, POSIX_FADV_DONTNEED);
 	close(fd);
 	if (res >= 0) {
 		__atomic_add_fetch(&st->stats.reads, 1, __ATOMIC_RELAXED);
@@ -99,7 +106,7 @@ static ssize_t conclude(struct storage *st, int fd, const struct index_version *
 
 static void finish(struct storage *st, struct sreq *r, ssize_t res)
 {
-	res = conclude(st, r->fd, r->has_expect ? &r->expect : NULL, res);
+	res = conclude(st, r->fd, r->off, r->has_expect ? &r->expect : NULL, res);
 	r->done(r->arg, res, r->buf);
 	if (r->own_buf)
 		free(r->buf);
@@ -224,7 +231,7 @@ int storage_read(struct storage *st, const char *rel, const struct index_version
 
 		if (n == (ssize_t)len || (n >= 0 && expect && (uint64_t)off + (uint64_t)n >= expect->size)) {
 			__atomic_add_fetch(&st->stats.inline_reads, 1, __ATOMIC_RELAXED);
-			n = conclude(st, fd, expect, n);
+			n = conclude(st, fd, off, expect, n);
 			done(arg, n, b);
 			return 0;
 		}
@@ -323,6 +330,11 @@ ssize_t storage_read_sync(struct storage *st, const char *rel,
 		pthread_cond_wait(&w.cond, &w.lock);
 	pthread_mutex_unlock(&w.lock);
 	return w.res;
+}
+
+void storage_set_drop_source_cache(struct storage *st, int on)
+{
+	__atomic_store_n(&st->drop_source_cache, on, __ATOMIC_RELAXED);
 }
 
 void storage_get_stats(struct storage *st, struct storage_stats *s)

@@ -59,6 +59,11 @@ int storage_read(struct storage *st, const char *rel, const struct index_version
 ssize_t storage_read_sync(struct storage *st, const char *rel,
 			  const struct index_version *expect, off_t off, size_t len, void *buf);
 
+/* ON nonzero: after each read, drop the pages it touched from SOURCE's page
+ * cache (posix_fadvise DONTNEED), so the daemon's reads leave no second copy
+ * there. Off by default (tools reading SOURCE directly want the cache). */
+void storage_set_drop_source_cache(struct storage *st, int on);
+
 void storage_get_stats(struct storage *st, struct storage_stats *s);
 
 #endif

@@ -4,7 +4,7 @@
 . "$(dirname "$0")/lib.sh"
 command -v fio >/dev/null || skip "fio not installed"
 mkdir -p "$T/src/fio"
-common="--name=lay --nrfiles=4 --size=8M --bs=64k --verify=crc32c --ioengine=psync"
+common="--name=lay --nrfiles=4 --size=8M --bs=64k --verify=crc32c --ioengine=psync --verify_state_save=0"
 fio $common --directory="$T/src/fio" --rw=write --do_verify=0 > "$T/lay.log" 2>&1 || fail "fio layout: $(tail -3 "$T/lay.log")"
 mount_ep "$T/src" "$T/mnt"
 fio $common --directory="$T/mnt/fio" --rw=read --readonly > "$T/read.log" 2>&1 \

@@ -188,13 +188,21 @@ Test(cache, checksum_mismatch_is_never_served)
 	cr_expect_eq(load(c, 5, &V1, 300), CACHE_HIT);
 	cr_assert_eq(cache_debug_corrupt(c, 5, 0, 123), 0);
 	cr_expect_eq(cache_debug_corrupt(c, 6, 0, 0), -ENOENT);
-	cr_expect_eq(load(c, 5, &V1, 300), CACHE_MISS);    /* detected, dropped */
+	/* Detected and dropped; budget remains, so this very read loads a good copy. */
+	cr_expect_eq(load(c, 5, &V1, 300), CACHE_LOAD);
 	cache_get_stats(c, &s);
 	cr_expect_eq(s.corrupt, 1);
-	cr_expect_eq(s.items, 0);
-	/* Budget remains, so the next read may admit a good copy again. */
-	cr_expect_eq(load(c, 5, &V1, 300), CACHE_LOAD);
+	cr_expect_eq(s.items, 1);
 	cr_expect_eq(load(c, 5, &V1, 300), CACHE_HIT);
+	/* With the budget spent, a corrupt item becomes a plain miss. */
+	struct cache *f = mk(300, 1);
+	cr_expect_eq(load(f, 5, &V1, 300), CACHE_LOAD);
+	cr_assert_eq(cache_debug_corrupt(f, 5, 0, 0), 0);
+	cr_expect_eq(load(f, 5, &V1, 300), CACHE_MISS);
+	cache_get_stats(f, &s);
+	cr_expect_eq(s.corrupt, 1);
+	cr_expect_eq(s.items, 0);
+	cache_free(f);
 	cache_free(c);
 }
 
@@ -250,5 +258,47 @@ Test(cache, null_waiter_only_reports_a_load)
 	memset(ref.data, 1, 100);
 	cache_loaded(c, &ref, 1);
 	cr_expect_eq(cache_get(c, 2, 0, &V1, 100, NULL, &ref2), CACHE_HIT);
+	cache_free(c);
+}
+
+Test(cache, scrubber_finds_a_flipped_bit_without_verify)
+{
+	struct cache *c = mk(1 << 20, 0);       /* no --verify: only the scrubber checks */
+	struct cache_stats s;
+	uint32_t id = 0, chunk = 9;
+	uint64_t total = 0;
+
+	for (uint32_t i = 1; i <= 20; i++)
+		cr_assert_eq(load(c, i, &V1, 300), CACHE_LOAD);
+	cr_assert_eq(cache_debug_corrupt_any(c, 0, &id, &chunk), 0);
+	cr_expect(id >= 1 && id <= 20 && chunk == 0);
+	/* Without verify a hit does not notice... */
+	cr_expect_eq(load(c, id, &V1, 300), CACHE_HIT);
+	/* ...the scrubber does, a little at a time, and then it is never served. */
+	for (int i = 0; i < 200; i++)
+		total += cache_scrub(c, 600);   /* two items per call */
+	cache_get_stats(c, &s);
+	cr_expect_eq(s.corrupt, 1);
+	cr_expect_eq(s.items, 19);
+	cr_expect(s.scrub_passes >= 1, "passes %llu", (unsigned long long)s.scrub_passes);
+	cr_expect_eq(s.scrubbed_bytes, total);
+	cr_expect(total >= 20 * 300);
+	cr_expect_eq(load(c, id, &V1, 300), CACHE_LOAD);   /* dropped; admitted anew */
+	/* An intact cache scrubs clean. */
+	cr_expect_eq(load(c, id, &V1, 300), CACHE_HIT);
+	for (int i = 0; i < 50; i++)
+		cache_scrub(c, 1 << 20);
+	cache_get_stats(c, &s);
+	cr_expect_eq(s.corrupt, 1);
+	cache_free(c);
+}
+
+Test(cache, scrub_of_an_empty_cache_returns)
+{
+	struct cache *c = mk(1 << 20, 0);
+	uint32_t id, chunk;
+
+	cr_expect_eq(cache_scrub(c, 1 << 20), 0);
+	cr_expect_eq(cache_debug_corrupt_any(c, 0, &id, &chunk), -ENOENT);
 	cache_free(c);
 }

@@ -146,4 +146,13 @@ Test(options, cache_options)
 	cr_assert_eq(parse(&o, err, "s", "m", NULL), 0);
 	cr_expect(!o.cache_size_set);
 	cr_expect_eq(o.cache_chunk, OPTIONS_DEFAULT_CACHE_CHUNK);
+	cr_expect_eq(o.scrub_rate, OPTIONS_DEFAULT_SCRUB_RATE);
+	cr_expect(!o.keep_source_cache);
+	cr_assert_eq(parse(&o, err, "--scrub-rate", "0", "--keep-source-cache", "s", "m", NULL), 0, "%s", err);
+	cr_expect_eq(o.scrub_rate, 0);
+	cr_expect(o.keep_source_cache);
+	cr_assert_eq(parse(&o, err, "--scrub-rate", "1G", "s", "m", NULL), 0, "%s", err);
+	cr_expect_eq(o.scrub_rate, 1ull << 30);
+	cr_expect_eq(parse(&o, err, "--scrub-rate", "10%", "s", "m", NULL), -EINVAL);
+	cr_expect(strstr(err, "--scrub-rate 10%"), "%s", err);
 }
