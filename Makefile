@@ -41,7 +41,8 @@ CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
 CORE_LIB := $(BUILD)/libepochfs.a
 
 DAEMON := $(BUILD)/epochfs
-TOOLS := $(BUILD)/epochfs-gen $(BUILD)/epochfs-bench
+TOOLS := $(BUILD)/epochfs-gen $(BUILD)/epochfs-bench $(BUILD)/epochfs-stat
+TOOL_OBJ := $(BUILD)/tools/mstats.o
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
@@ -67,11 +68,11 @@ $(DAEMON): $(BUILD)/fs/main.o $(BUILD)/fs/ops.o $(CORE_LIB)
 	$(call say,LINK,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
-$(BUILD)/epochfs-%: $(BUILD)/tools/%.o $(CORE_LIB)
+$(BUILD)/epochfs-%: $(BUILD)/tools/%.o $(TOOL_OBJ) $(CORE_LIB)
 	$(call say,LINK,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
-$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(CORE_LIB)
+$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(TOOL_OBJ) $(CORE_LIB)
 	$(call say,LINK,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) -lcriterion

@@ -216,13 +216,15 @@ static void read_storage(struct core_read_ctx *x)
 	storage_read(x->c->st, path, &x->a.v, x->off, x->len, NULL, storage_done, x);
 }
 
-/* Serves the request from item bytes DATA (LEN long, at x->item_off). */
-static void reply_from_item(struct core_read_ctx *x, const char *data, size_t len)
+/* Serves the request from item bytes DATA (LEN long, at x->item_off).
+ * HIT: the bytes cost this request no storage read (a cached item, or a
+ * load another request made); the read that loads an item is a miss. */
+static void reply_from_item(struct core_read_ctx *x, const char *data, size_t len, int hit)
 {
 	size_t skip = (size_t)(x->off - x->item_off);
 	size_t n = x->len < len - skip ? x->len : len - skip;
 
-	reply(x, (ssize_t)n, data + skip, 1);
+	reply(x, (ssize_t)n, data + skip, hit);
 }
 
 static void wait_done(void *arg, const void *data, size_t len)
@@ -233,7 +235,7 @@ static void wait_done(void *arg, const void *data, size_t len)
 		read_storage(x);        /* the load failed: go to the source ourselves */
 		return;
 	}
-	reply_from_item(x, data, len);
+	reply_from_item(x, data, len, 1);
 	free(x);
 }
 
@@ -245,7 +247,7 @@ static void load_done(void *arg, ssize_t res, const void *buf)
 	(void)buf;
 	/* Serve our own request first, then let the waiters go. */
 	if (ok)
-		reply_from_item(x, x->ref.data, x->ref.len);
+		reply_from_item(x, x->ref.data, x->ref.len, 0);
 	else
 		reply(x, res < 0 ? res : -EIO, NULL, 0);
 	cache_loaded(x->c->cache, &x->ref, ok);
@@ -290,7 +292,7 @@ void core_read(struct core *c, uint32_t id, uint32_t gen, off_t off, size_t len,
 			struct core_read_ctx hx = { .c = c, .id = id, .off = off, .len = len,
 						    .item_off = (off_t)chunk * c->chunk,
 						    .done = done, .arg = arg };
-			reply_from_item(&hx, ref.data, ref.len);
+			reply_from_item(&hx, ref.data, ref.len, 1);
 			return;
 		}
 	}
@@ -311,7 +313,7 @@ void core_read(struct core *c, uint32_t id, uint32_t gen, off_t off, size_t len,
 		if (r == CACHE_WAIT)
 			return;             /* wait_done() finishes it */
 		if (r == CACHE_HIT) {
-			reply_from_item(x, ref.data, ref.len);
+			reply_from_item(x, ref.data, ref.len, 1);
 			free(x);
 			return;
 		}

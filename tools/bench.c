@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mstats.h"
 #include "options.h"
 #include "rng.h"
 
@@ -79,42 +80,31 @@ static void *reader(void *arg)
 	return NULL;
 }
 
-/* Finds the stats file of the epochfs mount holding DIR, if any. */
-static int find_stats(const char *dir, char *out, size_t len)
+/* Bytes this process has pulled from block devices so far (/proc/self/io
+ * read_bytes, all threads), or -1 where the kernel does not account I/O. */
+static long long dev_read_bytes(void)
 {
-	char p[PATH_MAX];
-
-	if (!realpath(dir, p))
-		return -1;
-	for (;;) {
-		snprintf(out, len, "%s/.epochfs/stats.json", p);
-		if (access(out, R_OK) == 0)
-			return 0;
-		char *slash = strrchr(p, '/');
-		if (!slash || slash == p)
-			return -1;
-		*slash = '\0';
-	}
-}
-
-static long long stat_value(const char *statsfile, const char *key)
-{
-	char buf[65536], pat[128];
+	char line[128];
 	long long v = -1;
-	FILE *f = fopen(statsfile, "r");
-	size_t n;
-	char *p;
+	FILE *f = fopen("/proc/self/io", "r");
 
 	if (!f)
 		return -1;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "read_bytes: %lld", &v) == 1)
+			break;
 	fclose(f);
-	buf[n] = '\0';
-	snprintf(pat, sizeof(pat), "\"%s\": ", key);
-	p = strstr(buf, pat);
-	if (p)
-		v = strtoll(p + strlen(pat), NULL, 10);
 	return v;
+}
+
+/* storage_read_bytes of the mount's counters, or -1 outside a mount. */
+static long long storage_bytes(const char *statsfile)
+{
+	struct mstats m;
+
+	if (!statsfile || mstats_read(statsfile, &m) < 0)
+		return -1;
+	return (long long)mstats_get(&m, "storage_read_bytes", -1);
 }
 
 static void usage(FILE *f)
@@ -123,8 +113,9 @@ static void usage(FILE *f)
 		"usage: epochfs-bench DIR [--epochs E] [--threads T] [--seed S] [--json]\n"
 		"\n"
 		"Reads every file under DIR once per epoch, whole, in a fresh random order,\n"
-		"and prints files/s and MB/s per epoch (and, inside an epochfs mount, the\n"
-		"bytes the daemon read from storage during the epoch).\n"
+		"and prints files/s and MB/s per epoch, the bytes this process pulled from\n"
+		"block devices (/proc/self/io), and, inside an epochfs mount, the bytes the\n"
+		"daemon read from storage during the epoch.\n"
 		"  --epochs E    epochs to run (default 3)\n"
 		"  --threads T   reader threads (default 2)\n"
 		"  --seed S      seed of the permutations (default 1)\n"
@@ -140,8 +131,8 @@ int main(int argc, char **argv)
 	};
 	unsigned epochs = 3, threads = 2, seed = 1;
 	int c, json = 0, failed = 0;
-	char statsfile[PATH_MAX + 32];
-	int have_stats;
+	char statsbuf[PATH_MAX + 32];
+	const char *statsfile;
 
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -174,7 +165,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "epochfs-bench: error: %s: no regular files\n", argv[optind]);
 		return 1;
 	}
-	have_stats = find_stats(argv[optind], statsfile, sizeof(statsfile)) == 0;
+	statsfile = mstats_find(argv[optind], statsbuf, sizeof(statsbuf)) == 0 ? statsbuf : NULL;
 
 	struct run r = { .order = malloc(nfiles * sizeof(size_t)) };
 	pthread_t *tids = calloc(threads, sizeof(*tids));
@@ -182,7 +173,7 @@ int main(int argc, char **argv)
 		return 1;
 	for (unsigned e = 0; e < epochs; e++) {
 		uint64_t rng = ((uint64_t)seed << 32) ^ (e * 0x9e3779b97f4a7c15ull);
-		long long s0 = have_stats ? stat_value(statsfile, "storage_read_bytes") : -1, s1;
+		long long s0 = storage_bytes(statsfile), s1, d0 = dev_read_bytes(), d1;
 		struct timespec t0, t1;
 
 		for (size_t i = 0; i < nfiles; i++)
@@ -200,15 +191,17 @@ int main(int argc, char **argv)
 		for (unsigned i = 0; i < threads; i++)
 			pthread_join(tids[i], NULL);
 		clock_gettime(CLOCK_MONOTONIC, &t1);
-		s1 = have_stats ? stat_value(statsfile, "storage_read_bytes") : -1;
+		s1 = storage_bytes(statsfile);
+		d1 = dev_read_bytes();
 		double dt = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
 		long long storage = s0 >= 0 && s1 >= 0 ? s1 - s0 : -1;
+		long long dev = d0 >= 0 && d1 >= 0 ? d1 - d0 : -1;
 		if (json)
 			printf("{\"epoch\": %u, \"files\": %zu, \"bytes\": %llu, \"seconds\": %.4f, "
 			       "\"files_per_s\": %.1f, \"mb_per_s\": %.1f, \"storage_read_bytes\": %lld, "
-			       "\"errors\": %d}\n",
+			       "\"dev_read_bytes\": %lld, \"errors\": %d}\n",
 			       e, nfiles, (unsigned long long)r.bytes, dt, nfiles / dt, r.bytes / 1e6 / dt,
-			       storage, r.errors);
+			       storage, dev, r.errors);
 		else {
 			char extra[64] = "";
 			if (storage >= 0)

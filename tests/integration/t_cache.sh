@@ -14,7 +14,11 @@ epoch() { # epoch SEED: one shuffled epoch with the kernel's caches dropped firs
 snap() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join(str(d[k]) for k in sys.argv[2:]))' \
 	"$m/.epochfs/stats.json" "$@"; }
 epoch 1
-read used items <<< "$(snap cache_used_bytes cache_items)"
+read used items hit0 st0 <<< "$(snap cache_used_bytes cache_items cache_hit_bytes storage_read_bytes)"
+# Epoch 0 read everything from storage: bytes that fill an item are misses.
+# Only a second request into an item another request is loading may hit.
+[ "$st0" = "$D" ] || fail "epoch 0 read $st0 bytes from storage, dataset is $D"
+[ $((hit0 * 10)) -lt "$D" ] || fail "epoch 0 counted $hit0 of $D bytes as cache hits"
 [ "$used" -le $((D / 2)) ] || fail "used $used > budget $((D / 2))"
 [ "$used" -ge $((D / 2 - 200000)) ] || fail "budget not filled: $used of $((D / 2))"
 ok "epoch 0 admitted $items items, $used of $((D / 2)) bytes"
