@@ -25,6 +25,11 @@
 
 #include "cache.h"
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23      /* Linux 5.14 */
+#endif
+#define PREFAULT_STEP (32ull << 20)
+
 enum { ST_LOADING = 1, ST_READY, ST_DEAD };
 
 #define CACHE_STRIPES 64
@@ -53,6 +58,7 @@ struct cache {
 	pthread_mutex_t scrub_lock;     /* one scrubber at a time (its cursor) */
 	uint64_t scrub_cursor;          /* next slot the scrubber looks at */
 	uint64_t ready;                 /* atomic */
+	uint64_t prefaulted;            /* atomic; arena bytes made resident by cache_prefault */
 };
 
 #define INC(x) __atomic_add_fetch(&(x), 1, __ATOMIC_RELAXED)
@@ -336,6 +342,7 @@ void cache_get_stats(struct cache *c, struct cache_stats *s)
 	s->full = LD(c->st.full);
 	s->scrubbed_bytes = LD(c->st.scrubbed_bytes);
 	s->scrub_passes = LD(c->st.scrub_passes);
+	s->prefaulted = LD(c->prefaulted);
 #undef LD
 }
 
@@ -360,6 +367,25 @@ uint64_t cache_scrub(struct cache *c, uint64_t max_bytes)
 	pthread_mutex_unlock(&c->scrub_lock);
 	__atomic_add_fetch(&c->st.scrubbed_bytes, done, __ATOMIC_RELAXED);
 	return done;
+}
+
+int64_t cache_prefault(struct cache *c, uint64_t upto)
+{
+	uint64_t done = __atomic_load_n(&c->prefaulted, __ATOMIC_RELAXED), start = done;
+	uint64_t target = upto;
+
+	if (target > c->o.capacity)
+		target = c->o.capacity;
+	while (done < target) {
+		uint64_t n = target - done < PREFAULT_STEP ? target - done : PREFAULT_STEP;
+		/* Touches each page for writing without changing its bytes, so
+		 * racing a load that writes the same pages is harmless. */
+		if (madvise(c->arena + done, n, MADV_POPULATE_WRITE) < 0)
+			return -errno;
+		done += n;
+		__atomic_store_n(&c->prefaulted, done, __ATOMIC_RELAXED);
+	}
+	return (int64_t)(done - start);
 }
 
 int cache_debug_corrupt_any(struct cache *c, uint64_t start, uint32_t *id, uint32_t *chunk)

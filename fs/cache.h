@@ -75,6 +75,7 @@ struct cache_stats {
 	uint64_t full;              /* admissions refused for lack of budget */
 	uint64_t scrubbed_bytes;    /* bytes the scrubber re-checked */
 	uint64_t scrub_passes;      /* full passes of the scrubber over the table */
+	uint64_t prefaulted;        /* arena bytes made resident ahead of the fill */
 };
 
 /* Returns 0 and *OUT, or -EINVAL (bad options) / -ENOMEM. */
@@ -106,6 +107,14 @@ size_t cache_chunk_len(uint64_t size, uint32_t chunk, uint32_t i);
  * --verify hit is (counted in `corrupt`, never served). Returns the bytes
  * hashed. Calls are serialized; hits and loads go on meanwhile. */
 uint64_t cache_scrub(struct cache *c, uint64_t max_bytes);
+
+/* Makes the first UPTO bytes of the arena resident (MADV_POPULATE_WRITE;
+ * never past the capacity), so loads copy into memory that is already there
+ * instead of faulting it in. Item bytes are never changed. Returns the bytes
+ * newly made resident (0 when already that far) or -errno (-EINVAL: the
+ * kernel has no MADV_POPULATE_WRITE). One caller at a time (a background
+ * thread); hits and loads go on meanwhile. */
+int64_t cache_prefault(struct cache *c, uint64_t upto);
 
 /* Debug hook: flips one bit in the middle of the first ready item at or after
  * table slot START and reports its key. -ENOENT if no item is ready. */

@@ -24,7 +24,8 @@ static int core_render(void *arg, enum control_file f, char *buf, size_t len)
 }
 
 /* Sizes and creates the RAM cache. The default is a quarter of RAM, but no
- * more than the dataset needs (items are 64-byte aligned). The arena is
+ * more than the dataset needs (items are 64-byte aligned, and files larger
+ * than a chunk make one item per chunk). The arena is
  * reserved with MAP_NORESERVE, so budget the data never fills costs nothing. */
 static int cache_setup(struct core *c, const struct core_opts *o)
 {
@@ -35,11 +36,11 @@ static int cache_setup(struct core *c, const struct core_opts *o)
 
 	index_totals(c->ix, &t);
 	c->chunk = (uint32_t)(o->cache_chunk ? o->cache_chunk : 1u << 20);
+	c->cache_need = t.bytes + (t.files + t.bytes / c->chunk + 1) * 64;
 	if (o->cache_default) {
-		uint64_t need = t.bytes + t.files * 64;
 		cap = options_ram_bytes() / 100 * OPTIONS_DEFAULT_CACHE_PERCENT;
-		if (cap > need)
-			cap = need;
+		if (cap > c->cache_need)
+			cap = c->cache_need;
 	}
 	if (!cap || !t.bytes)
 		return 0;
@@ -99,7 +100,7 @@ fail:
 	return err;
 }
 
-/* Runs on the scrub thread: a debug command byte. */
+/* Runs on the cache's background thread: a debug command byte. */
 static void debug_cmd(void *arg, char cmd)
 {
 	struct core *c = arg;
@@ -128,9 +129,13 @@ int core_start(struct core *c)
 	}
 	storage_set_drop_source_cache(c->st, !c->opts.keep_source_cache);
 	if (c->cache) {
-		err = scrub_start(c->cache, c->opts.scrub_rate, debug_cmd, c, &c->scrub);
+		struct maint_opts mo = { .scrub_rate = c->opts.scrub_rate,
+					 .prefault_window = c->opts.prefault_window,
+					 .prefault_limit = c->cache_need,
+					 .cmd = debug_cmd, .arg = c };
+		err = maint_start(c->cache, &mo, &c->maint);
 		if (err < 0) {
-			log_error("cannot start the cache scrubber: %s", strerror(-err));
+			log_error("cannot start the cache's background thread: %s", strerror(-err));
 			return err;
 		}
 	}
@@ -150,7 +155,7 @@ void core_close(struct core *c)
 	if (!c)
 		return;
 	watch_stop(c->watch);
-	scrub_stop(c->scrub);
+	maint_stop(c->maint);
 	storage_free(c->st);
 	control_free(c->ctl);
 	cache_free(c->cache);
@@ -334,7 +339,7 @@ void core_read(struct core *c, uint32_t id, uint32_t gen, off_t off, size_t len,
 
 int core_debug_fd(struct core *c)
 {
-	return scrub_command_fd(c->scrub);
+	return maint_command_fd(c->maint);
 }
 
 int core_samples(struct core *c, struct sample *out, int max)
@@ -372,6 +377,7 @@ int core_samples(struct core *c, struct sample *out, int max)
 	COUNTER("cache_full", "Items not admitted: budget spent", cs.full);
 	COUNTER("cache_scrubbed_bytes", "Bytes the background scrubber re-checked", cs.scrubbed_bytes);
 	COUNTER("cache_scrub_passes", "Full passes of the scrubber over the cache", cs.scrub_passes);
+	GAUGE("cache_prefaulted_bytes", "Arena bytes made resident ahead of the fill", cs.prefaulted);
 #undef GAUGE
 #undef COUNTER
 	n += stats_samples(&c->stats, out + n, max - n);

@@ -16,7 +16,7 @@
 #include "cache.h"
 #include "control.h"
 #include "index.h"
-#include "scrub.h"
+#include "maint.h"
 #include "stats.h"
 #include "storage.h"
 
@@ -31,6 +31,7 @@ struct core_opts {
 	uint64_t cache_chunk;       /* item size for large files */
 	int verify;                 /* re-check every hit's checksum */
 	uint64_t scrub_rate;        /* bytes/s the scrubber re-checks; 0: none */
+	uint64_t prefault_window;   /* arena bytes kept resident ahead of the fill; 0: none */
 	int keep_source_cache;      /* leave SOURCE's page cache alone after reads */
 };
 
@@ -42,8 +43,9 @@ struct core {
 	struct control *ctl;
 	struct watch *watch;
 	struct cache *cache;        /* NULL: no RAM cache */
-	struct scrub *scrub;        /* NULL: no cache, or not started */
+	struct maint *maint;        /* the cache's background thread; NULL: none */
 	uint32_t chunk;
+	uint64_t cache_need;        /* arena bytes the whole dataset would take */
 	struct stats stats;
 	struct core_opts opts;
 };

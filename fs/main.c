@@ -25,7 +25,7 @@
 
 static struct core *debug_core;
 
-/* SIGUSR2 with EPOCHFS_DEBUG_HOOKS=1: ask the scrub thread to corrupt one
+/* SIGUSR2 with EPOCHFS_DEBUG_HOOKS=1: ask the cache's background thread to corrupt one
  * cached item (tests only). write(2) is async-signal-safe. */
 static void debug_signal(int sig)
 {
@@ -98,6 +98,7 @@ int main(int argc, char **argv)
 		.source = o.source, .scan_threads = o.scan_threads, .progress = 1, .watch = o.watch,
 		.cache_default = !o.cache_size_set, .cache_size = o.cache_size,
 		.cache_chunk = o.cache_chunk, .verify = o.verify, .scrub_rate = o.scrub_rate,
+		.prefault_window = o.prefault_window,
 		.keep_source_cache = o.keep_source_cache,
 	};
 	if (core_open(&co, &core) < 0) {

@@ -10,7 +10,7 @@
 
 enum {
 	OPT_THREADS = 256, OPT_SCAN_THREADS, OPT_TIMEOUT, OPT_NO_WATCH, OPT_OPEN, OPT_LOG,
-	OPT_CACHE_SIZE, OPT_CACHE_CHUNK, OPT_VERIFY, OPT_SCRUB_RATE, OPT_KEEP_SOURCE_CACHE,
+	OPT_CACHE_SIZE, OPT_CACHE_CHUNK, OPT_VERIFY, OPT_SCRUB_RATE, OPT_KEEP_SOURCE_CACHE, OPT_PREFAULT,
 };
 
 static const struct option longopts[] = {
@@ -29,6 +29,7 @@ static const struct option longopts[] = {
 	{ "verify", no_argument, NULL, OPT_VERIFY },
 	{ "scrub-rate", required_argument, NULL, OPT_SCRUB_RATE },
 	{ "keep-source-cache", no_argument, NULL, OPT_KEEP_SOURCE_CACHE },
+	{ "prefault", required_argument, NULL, OPT_PREFAULT },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -62,6 +63,9 @@ void options_usage(void *fp, const char *prog)
 		"      --verify         re-check the checksum of every cache hit\n"
 		"      --scrub-rate SIZE  bytes per second the background scrubber re-checks\n"
 		"                       (default 32M; 0 turns it off)\n"
+		"      --prefault SIZE  make the cache's memory resident in the background,\n"
+		"                       at most SIZE ahead of the fill (default: all the\n"
+		"                       dataset needs, right after the mount; 0 off)\n"
 		"      --keep-source-cache  leave what the daemon reads in SOURCE's page cache\n"
 		"                       (default: drop it; the RAM cache holds the copy)\n"
 		"  -h, --help           print this help\n"
@@ -154,6 +158,7 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 	o->watch = 1;
 	o->cache_chunk = OPTIONS_DEFAULT_CACHE_CHUNK;
 	o->scrub_rate = OPTIONS_DEFAULT_SCRUB_RATE;
+	o->prefault_window = OPTIONS_DEFAULT_PREFAULT;
 	err[0] = '\0';
 	optind = 0;                 /* full re-initialisation, so tests can call us again */
 	opterr = 0;
@@ -206,6 +211,9 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 		case OPT_CACHE_SIZE:
 			if (options_parse_size(optarg, options_ram_bytes(), &o->cache_size))
 				FAIL("--cache-size %s: expected bytes with K/M/G/T, or N%% of RAM", optarg);
+			if (options_ram_bytes() && o->cache_size > options_ram_bytes())
+				FAIL("--cache-size %s: more than this machine's RAM (%.1f GiB); the cache "
+				     "lives in RAM", optarg, options_ram_bytes() / 1073741824.0);
 			o->cache_size_set = 1;
 			break;
 		case OPT_CACHE_CHUNK:
@@ -219,6 +227,10 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 		case OPT_SCRUB_RATE:
 			if (options_parse_size(optarg, 0, &o->scrub_rate))
 				FAIL("--scrub-rate %s: expected bytes per second with K/M/G/T", optarg);
+			break;
+		case OPT_PREFAULT:
+			if (options_parse_size(optarg, 0, &o->prefault_window))
+				FAIL("--prefault %s: expected a size with K/M/G/T", optarg);
 			break;
 		case OPT_KEEP_SOURCE_CACHE:
 			o->keep_source_cache = 1;

@@ -26,6 +26,7 @@ struct options {
 	uint64_t cache_chunk;       /* item size for large files */
 	int verify;                 /* re-check every cache hit's checksum */
 	uint64_t scrub_rate;        /* scrubber bytes per second; 0: off */
+	uint64_t prefault_window;   /* cache bytes resident ahead of the fill; 0: off */
 	int keep_source_cache;      /* do not drop SOURCE's page cache after reads */
 	int help, version;
 };
@@ -35,6 +36,7 @@ struct options {
 #define OPTIONS_DEFAULT_CACHE_PERCENT 25u
 #define OPTIONS_DEFAULT_CACHE_CHUNK (1u << 20)
 #define OPTIONS_DEFAULT_SCRUB_RATE (32ull << 20)
+#define OPTIONS_DEFAULT_PREFAULT UINT64_MAX   /* the whole budget the data can fill */
 
 /* Returns 0, or -EINVAL with a one-line reason (no program name, no
  * newline) in ERR. With -h/-V it returns 0 and sets help/version; SOURCE

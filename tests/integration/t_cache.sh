@@ -7,6 +7,9 @@ D=$(find "$T/src" -type f -printf '%s\n' | awk '{s+=$1} END {print s}')
 mount_ep "$T/src" "$T/mnt" --cache-size $((D / 2))
 m=$T/mnt
 [ "$(stat_of "$m" cache_capacity_bytes)" = $((D / 2)) ] || fail "capacity"
+# The background thread makes the whole budget resident right after the mount.
+wait_for sh -c "[ \"\$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[\"cache_prefaulted_bytes\"])' '$m/.epochfs/stats.json')\" = $((D / 2)) ]" \
+	|| fail "prefaulted $(stat_of "$m" cache_prefaulted_bytes) of $((D / 2))"
 epoch() { # epoch SEED: one shuffled epoch with the kernel's caches dropped first
 	echo 3 > /proc/sys/vm/drop_caches
 	"$BENCH" "$m" --epochs 1 --seed "$1" --json > "$T/e.json" || fail "bench epoch"
@@ -48,4 +51,19 @@ cat "$m/class_0000/$f" > /dev/null
 printf 'rewritten' > "$T/src/class_0000/$f"
 wait_for sh -c "[ \"\$(cat '$m/class_0000/$f')\" = rewritten ]" || fail "cached file served old bytes after a rewrite"
 ok "rewritten file served new bytes"
+umount_ep
+
+# --prefault 0: memory becomes resident only as items are filled. A budget
+# larger than the dataset is made resident only as far as the data can fill.
+mount_ep "$T/src" "$T/mnt" --cache-size $((D / 2)) --prefault 0
+sleep 0.3   # give a (wrongly) running prefault time to show
+[ "$(stat_of "$m" cache_prefaulted_bytes)" = 0 ] || fail "--prefault 0 prefaulted"
+umount_ep
+D=$(find "$T/src" -type f -printf '%s\n' | awk '{s+=$1} END {print s}')   # one file was rewritten
+mount_ep "$T/src" "$T/mnt" --cache-size $((4 * D))
+wait_for sh -c "[ \"\$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[\"cache_prefaulted_bytes\"])' '$m/.epochfs/stats.json')\" -gt 0 ]" || fail "no prefault"
+sleep 0.3
+p=$(stat_of "$m" cache_prefaulted_bytes)
+[ "$p" -ge "$D" ] && [ "$p" -le $((D + D / 10)) ] || fail "prefaulted $p for a dataset of $D (budget $((4 * D)))"
+ok "prefault: whole budget at mount, off with --prefault 0, never past what the data can fill ($p of $((4 * D)))"
 umount_ep

@@ -302,3 +302,35 @@ Test(cache, scrub_of_an_empty_cache_returns)
 	cr_expect_eq(cache_debug_corrupt_any(c, 0, &id, &chunk), -ENOENT);
 	cache_free(c);
 }
+
+Test(cache, prefault_makes_the_arena_resident_within_the_budget)
+{
+	struct cache *c = mk(8 << 20, 0);
+	struct cache_stats s;
+	int64_t r;
+
+	r = cache_prefault(c, 1 << 20);
+	if (r == -EINVAL)
+		cr_skip_test("kernel has no MADV_POPULATE_WRITE");
+	cr_assert_eq(r, 1 << 20);
+	cr_expect_eq(cache_prefault(c, 1 << 20), 0);            /* already that far */
+	cr_expect_eq(cache_prefault(c, 4096), 0);               /* never backwards */
+	for (uint32_t i = 1; i <= 10; i++)                      /* 10 x 300 KB used */
+		cr_assert_eq(load(c, i, &V1, 300 << 10), CACHE_LOAD);
+	cache_get_stats(c, &s);
+	/* A window past the fill, as the background thread asks for. */
+	cr_expect_eq(cache_prefault(c, s.used + (1 << 20)), (int64_t)s.used);
+	cr_expect_gt(cache_prefault(c, 64 << 20), 0);           /* clamped to the capacity */
+	cache_get_stats(c, &s);
+	cr_expect_eq(s.prefaulted, 8 << 20);
+	cr_expect_eq(cache_prefault(c, 64 << 20), 0);
+	/* Prefaulting changed no cached byte. */
+	for (uint32_t i = 1; i <= 10; i++) {
+		struct cache_ref ref;
+		const unsigned char *d;
+		cr_assert_eq(cache_get(c, i, 0, &V1, 300 << 10, NULL, &ref), CACHE_HIT);
+		d = ref.data;
+		cr_expect(d[0] == i && d[ref.len / 2] == i && d[ref.len - 1] == i, "item %u", i);
+	}
+	cache_free(c);
+}

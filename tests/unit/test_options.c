@@ -155,4 +155,15 @@ Test(options, cache_options)
 	cr_expect_eq(o.scrub_rate, 1ull << 30);
 	cr_expect_eq(parse(&o, err, "--scrub-rate", "10%", "s", "m", NULL), -EINVAL);
 	cr_expect(strstr(err, "--scrub-rate 10%"), "%s", err);
+	cr_expect_eq(o.prefault_window, OPTIONS_DEFAULT_PREFAULT);
+	/* A cache lives in RAM: a budget larger than RAM is refused up front,
+	 * not found out by the OOM killer when the arena is made resident. */
+	cr_expect_eq(parse(&o, err, "--cache-size", "100000T", "s", "m", NULL), -EINVAL);
+	cr_expect(strstr(err, "more than this machine's RAM"), "%s", err);
+	cr_assert_eq(parse(&o, err, "--prefault", "0", "s", "m", NULL), 0, "%s", err);
+	cr_expect_eq(o.prefault_window, 0);
+	cr_assert_eq(parse(&o, err, "--prefault", "64M", "s", "m", NULL), 0, "%s", err);
+	cr_expect_eq(o.prefault_window, 64ull << 20);
+	cr_expect_eq(parse(&o, err, "--prefault", "-1", "s", "m", NULL), -EINVAL);
+	cr_expect(strstr(err, "--prefault -1"), "%s", err);
 }

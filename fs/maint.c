@@ -1,0 +1,113 @@
+/* maint.c - see maint.h.
+ *
+ * The thread wakes TICKS_PER_S times a second. Each tick it first prefaults
+ * up to min(used + window, limit) (by default all of it on the first tick),
+ * then hashes rate/TICKS_PER_S bytes of ready items (cache_scrub keeps the
+ * cursor). Between ticks it sleeps in poll() on the command pipe, so
+ * commands and stop requests are seen at once.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "maint.h"
+
+#define TICKS_PER_S 10
+
+struct maint {
+	struct cache *cache;
+	struct maint_opts o;
+	int pipefd[2];              /* [0] read by the thread, [1] written by anyone */
+	pthread_t thread;
+};
+
+static void tick(struct maint *m)
+{
+	if (m->o.prefault_window) {
+		struct cache_stats s;
+		uint64_t upto = m->o.prefault_limit;
+
+		cache_get_stats(m->cache, &s);
+		if (s.used < upto && upto - s.used > m->o.prefault_window)
+			upto = s.used + m->o.prefault_window;
+		int64_t r = cache_prefault(m->cache, upto);
+		if (r < 0) {
+			log_info("cache prefault off: %s (loads fault the arena in themselves)",
+				 strerror((int)-r));
+			m->o.prefault_window = 0;
+		}
+	}
+	if (m->o.scrub_rate)
+		cache_scrub(m->cache, m->o.scrub_rate / TICKS_PER_S ? m->o.scrub_rate / TICKS_PER_S : 1);
+}
+
+static void *maint_main(void *arg)
+{
+	struct maint *m = arg;
+
+	tick(m);                    /* the first window is resident right after the mount */
+	for (;;) {
+		struct pollfd p = { .fd = m->pipefd[0], .events = POLLIN };
+		int n = poll(&p, 1, 1000 / TICKS_PER_S);
+
+		if (n > 0) {
+			char buf[64];
+			ssize_t got = read(m->pipefd[0], buf, sizeof(buf));
+			if (got == 0)
+				return NULL;            /* write end closed: stop */
+			for (ssize_t i = 0; i < got; i++)
+				if (m->o.cmd)
+					m->o.cmd(m->o.arg, buf[i]);
+			continue;
+		}
+		if (n < 0 && errno != EINTR)
+			return NULL;
+		tick(m);
+	}
+}
+
+int maint_start(struct cache *c, const struct maint_opts *o, struct maint **out)
+{
+	struct maint *m = calloc(1, sizeof(*m));
+	int err;
+
+	if (!m)
+		return -ENOMEM;
+	m->cache = c;
+	m->o = *o;
+	if (pipe2(m->pipefd, O_CLOEXEC) < 0) {
+		err = -errno;
+		free(m);
+		return err;
+	}
+	fcntl(m->pipefd[1], F_SETFL, O_NONBLOCK);   /* a signal handler must never block */
+	err = -pthread_create(&m->thread, NULL, maint_main, m);
+	if (err) {
+		close(m->pipefd[0]);
+		close(m->pipefd[1]);
+		free(m);
+		return err;
+	}
+	*out = m;
+	return 0;
+}
+
+void maint_stop(struct maint *m)
+{
+	if (!m)
+		return;
+	close(m->pipefd[1]);
+	pthread_join(m->thread, NULL);
+	close(m->pipefd[0]);
+	free(m);
+}
+
+int maint_command_fd(const struct maint *m)
+{
+	return m ? m->pipefd[1] : -1;
+}
