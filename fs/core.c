@@ -167,11 +167,14 @@ void core_close(struct core *c)
 }
 
 /* One read in flight past core_read(): the storage fallback, a cache load,
- * or a wait on another request's load. */
+ * or a wait on another request's load. A PART is one item's share of a
+ * request that spans several items (struct core_multi): it counts only its
+ * hit or miss bytes, and the request does the rest once. */
 struct core_read_ctx {
 	struct core *c;
 	uint32_t id;
-	off_t off;                  /* the request */
+	int part;
+	off_t off;                  /* the request (or part) */
 	size_t len;
 	struct index_attr a;        /* the version it must come from */
 	struct cache_ref ref;       /* LOAD: the item being filled */
@@ -181,23 +184,32 @@ struct core_read_ctx {
 	void *arg;
 };
 
-static void reply(struct core_read_ctx *x, ssize_t res, const void *buf, int from_cache)
+/* Counts a finished request, replies, then refreshes a stale entry. */
+static void reply_request(struct core *c, uint32_t id, ssize_t res, const void *buf,
+			  core_read_fn done, void *arg)
 {
-	struct core *c = x->c;
-
 	if (res >= 0) {
 		stats_add(&c->stats, STAT_READS, 1);
 		stats_add(&c->stats, STAT_READ_BYTES, (uint64_t)res);
-		stats_add(&c->stats, from_cache ? STAT_CACHE_HIT_BYTES : STAT_CACHE_MISS_BYTES,
-			  (uint64_t)res);
 	} else {
 		stats_add(&c->stats, res == -ESTALE ? STAT_STALE_READS : STAT_READ_ERRORS, 1);
 	}
-	x->done(x->arg, res, buf);
+	done(arg, res, buf);
 	/* Only after the reply: the refresh may make the adapter notify the
 	 * kernel about this very inode. */
 	if (res == -ESTALE)
-		index_refresh(c->ix, x->id, 0);
+		index_refresh(c->ix, id, 0);
+}
+
+static void reply(struct core_read_ctx *x, ssize_t res, const void *buf, int from_cache)
+{
+	if (res >= 0)
+		stats_add(&x->c->stats, from_cache ? STAT_CACHE_HIT_BYTES : STAT_CACHE_MISS_BYTES,
+			  (uint64_t)res);
+	if (x->part)
+		x->done(x->arg, res, buf);
+	else
+		reply_request(x->c, x->id, res, buf, x->done, x->arg);
 }
 
 static void storage_done(void *arg, ssize_t res, const void *buf)
@@ -259,10 +271,144 @@ static void load_done(void *arg, ssize_t res, const void *buf)
 	free(x);
 }
 
+/* Reads [OFF, OFF+LEN) of file ID, version A, which lies inside one cache
+ * item (or anywhere, without a cache): hit, load, wait, or storage. */
+static void read_item(struct core *c, uint32_t id, const struct index_attr *a, off_t off,
+		      size_t len, int part, core_read_fn done, void *arg)
+{
+	uint32_t chunk = (uint32_t)((uint64_t)off / c->chunk);
+	off_t item_off = (off_t)chunk * c->chunk;
+	size_t item_len = c->cache ? cache_chunk_len(a->v.size, c->chunk, chunk) : 0;
+	enum cache_result r = CACHE_MISS;
+	struct core_read_ctx *x;
+	struct cache_ref ref;
+
+	if (c->cache) {
+		/* The hit path allocates nothing: a waiter is needed only if the
+		 * item is loading, and then we ask again with one. */
+		r = cache_get(c->cache, id, chunk, &a->v, item_len, NULL, &ref);
+		if (r == CACHE_HIT) {
+			struct core_read_ctx hx = { .c = c, .id = id, .part = part, .off = off,
+						    .len = len, .item_off = item_off,
+						    .done = done, .arg = arg };
+			reply_from_item(&hx, ref.data, ref.len, 1);
+			return;
+		}
+	}
+	x = calloc(1, sizeof(*x));
+	if (!x) {
+		if (r == CACHE_LOAD)
+			cache_loaded(c->cache, &ref, 0);
+		if (part)
+			done(arg, -ENOMEM, NULL);
+		else
+			reply_request(c, id, -ENOMEM, NULL, done, arg);
+		return;
+	}
+	*x = (struct core_read_ctx){ .c = c, .id = id, .part = part, .off = off, .len = len,
+				     .a = *a, .item_off = item_off, .done = done, .arg = arg };
+	if (r == CACHE_WAIT) {
+		x->w.fn = wait_done;
+		x->w.arg = x;
+		r = cache_get(c->cache, id, chunk, &a->v, item_len, &x->w, &ref);
+		if (r == CACHE_WAIT)
+			return;             /* wait_done() finishes it */
+		if (r == CACHE_HIT) {
+			reply_from_item(x, ref.data, ref.len, 1);
+			free(x);
+			return;
+		}
+	}
+	if (r == CACHE_LOAD) {
+		char path[4096];
+		int err = index_path(c->ix, id, path, sizeof(path));
+		x->ref = ref;
+		if (err < 0) {
+			load_done(x, err, NULL);
+			return;
+		}
+		storage_read(c->st, path, &a->v, item_off, ref.len, ref.data, load_done, x);
+		return;
+	}
+	read_storage(x);
+}
+
+/* A request that spans several cache items (a read larger than a chunk, or
+ * one that crosses a chunk boundary): one part per item, each going the
+ * single-item way, assembled in BUF and answered once. One copy more than a
+ * single-item hit, and only on this path. */
+struct core_multi {
+	struct core *c;
+	uint32_t id;
+	size_t len;
+	int pending;                /* atomic: parts not done, +1 while submitting */
+	int err;                    /* atomic: the first part's error, or 0 */
+	core_read_fn done;
+	void *arg;
+	char *buf;
+};
+
+struct core_part {
+	struct core_multi *m;
+	size_t at;                  /* offset in m->buf */
+	size_t want;
+};
+
+static void multi_put(struct core_multi *m)
+{
+	if (__atomic_sub_fetch(&m->pending, 1, __ATOMIC_ACQ_REL))
+		return;
+	reply_request(m->c, m->id, m->err ? m->err : (ssize_t)m->len, m->buf, m->done, m->arg);
+	free(m);
+}
+
+static void part_done(void *arg, ssize_t res, const void *buf)
+{
+	struct core_part *p = arg;
+	struct core_multi *m = p->m;
+	int none = 0;
+
+	/* Every part lies inside the file's size, so a short part means the
+	 * file changed under the read. */
+	if (res >= 0 && (size_t)res != p->want)
+		res = -ESTALE;
+	if (res < 0)
+		__atomic_compare_exchange_n(&m->err, &none, (int)res, 0, __ATOMIC_RELAXED,
+					    __ATOMIC_RELAXED);
+	else
+		memcpy(m->buf + p->at, buf, (size_t)res);
+	multi_put(m);
+}
+
+static void read_multi(struct core *c, uint32_t id, const struct index_attr *a, off_t off,
+		       size_t len, core_read_fn done, void *arg)
+{
+	uint32_t first = (uint32_t)((uint64_t)off / c->chunk);
+	uint32_t n = (uint32_t)((uint64_t)(off + (off_t)len - 1) / c->chunk) - first + 1;
+	struct core_multi *m = malloc(sizeof(*m) + n * sizeof(struct core_part) + len);
+	struct core_part *parts;
+
+	if (!m) {
+		reply_request(c, id, -ENOMEM, NULL, done, arg);
+		return;
+	}
+	parts = (struct core_part *)(m + 1);
+	*m = (struct core_multi){ .c = c, .id = id, .len = len, .pending = (int)n + 1,
+				  .done = done, .arg = arg, .buf = (char *)(parts + n) };
+	for (uint32_t i = 0; i < n; i++) {
+		off_t lo = i ? (off_t)(first + i) * c->chunk : off;
+		off_t hi = (off_t)(first + i + 1) * c->chunk;
+		if (hi > off + (off_t)len)
+			hi = off + (off_t)len;
+		parts[i] = (struct core_part){ .m = m, .at = (size_t)(lo - off), .want = (size_t)(hi - lo) };
+		read_item(c, id, a, lo, (size_t)(hi - lo), 1, part_done, &parts[i]);
+	}
+	multi_put(m);
+}
+
 void core_read(struct core *c, uint32_t id, uint32_t gen, off_t off, size_t len,
 	       core_read_fn done, void *arg)
 {
-	struct core_read_ctx *x;
 	struct index_attr a;
 
 	if (index_get(c->ix, id, &a) < 0 || !S_ISREG(a.mode)) {
@@ -282,59 +428,10 @@ void core_read(struct core *c, uint32_t id, uint32_t gen, off_t off, size_t len,
 	}
 	if (len > a.v.size - (uint64_t)off)
 		len = (size_t)(a.v.size - (uint64_t)off);
-
-	uint32_t chunk = (uint32_t)((uint64_t)off / c->chunk);
-	int one_item = c->cache && (uint64_t)(off + (off_t)len - 1) / c->chunk == chunk;
-	struct cache_ref ref;
-	enum cache_result r = CACHE_MISS;
-
-	size_t item_len = c->cache ? cache_chunk_len(a.v.size, c->chunk, chunk) : 0;
-	if (one_item) {
-		/* The hit path allocates nothing: a waiter is needed only if the
-		 * item is loading, and then we ask again with one. */
-		r = cache_get(c->cache, id, chunk, &a.v, item_len, NULL, &ref);
-		if (r == CACHE_HIT) {
-			struct core_read_ctx hx = { .c = c, .id = id, .off = off, .len = len,
-						    .item_off = (off_t)chunk * c->chunk,
-						    .done = done, .arg = arg };
-			reply_from_item(&hx, ref.data, ref.len, 1);
-			return;
-		}
-	}
-	x = calloc(1, sizeof(*x));
-	if (!x) {
-		if (r == CACHE_LOAD)
-			cache_loaded(c->cache, &ref, 0);
-		stats_add(&c->stats, STAT_READ_ERRORS, 1);
-		done(arg, -ENOMEM, NULL);
-		return;
-	}
-	*x = (struct core_read_ctx){ .c = c, .id = id, .off = off, .len = len, .a = a,
-				     .item_off = (off_t)chunk * c->chunk, .done = done, .arg = arg };
-	if (r == CACHE_WAIT) {
-		x->w.fn = wait_done;
-		x->w.arg = x;
-		r = cache_get(c->cache, id, chunk, &a.v, item_len, &x->w, &ref);
-		if (r == CACHE_WAIT)
-			return;             /* wait_done() finishes it */
-		if (r == CACHE_HIT) {
-			reply_from_item(x, ref.data, ref.len, 1);
-			free(x);
-			return;
-		}
-	}
-	if (r == CACHE_LOAD) {
-		char path[4096];
-		int err = index_path(c->ix, id, path, sizeof(path));
-		x->ref = ref;
-		if (err < 0) {
-			load_done(x, err, NULL);
-			return;
-		}
-		storage_read(c->st, path, &a.v, x->item_off, ref.len, ref.data, load_done, x);
-		return;
-	}
-	read_storage(x);
+	if (c->cache && (uint64_t)off / c->chunk != (uint64_t)(off + (off_t)len - 1) / c->chunk)
+		read_multi(c, id, &a, off, len, done, arg);
+	else
+		read_item(c, id, &a, off, len, 0, done, arg);
 }
 
 int core_debug_fd(struct core *c)
