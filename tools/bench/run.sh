@@ -11,8 +11,12 @@
 # Part 2, the mount-time scan of a 1M-file tree (empty files): entries/s of
 # a warm scan and index bytes per file, from the daemon's own stats.json.
 #
-# Environment: BENCH_FILES (12000), BENCH_EPOCHS (5), BENCH_SCAN_FILES
-# (1000000; 0 skips part 2), BENCH_DIR (build/bench-data).
+# Part 3, the thrashing experiment of the MinIO cache (tools/bench/thrash.sh):
+# page cache vs epochfs with the same memory, bytes from the device per epoch.
+#
+# Environment: BENCH_PARTS ("1 2 3"), BENCH_FILES (12000), BENCH_EPOCHS (5),
+# BENCH_SCAN_FILES (1000000; 0 skips part 2), BENCH_DIR (build/bench-data);
+# part 3 takes THRASH_* (see thrash.sh).
 set -eu
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -20,6 +24,8 @@ FILES=${BENCH_FILES:-12000}
 EPOCHS=${BENCH_EPOCHS:-5}
 SCAN_FILES=${BENCH_SCAN_FILES:-1000000}
 DATA=${BENCH_DIR:-build/bench-data}
+PARTS=${BENCH_PARTS:-1 2 3}
+part() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 W=$(mktemp -d /tmp/epochfs-bench.XXXXXX)
 PIDS=""
 cleanup() {
@@ -60,6 +66,7 @@ print("%s %.1f %.1f %s" % (sys.argv[2], fps, mbs, " ".join("%.0f" % r["files_per
 PY
 }
 
+if part 1; then
 echo "== part 1: warm epochs, $FILES files ($(du -sh "$SRC" | cut -f1)), $EPOCHS epochs (epoch 0 warms), 2 threads"
 sync; echo 3 > /proc/sys/vm/drop_caches
 : > "$W/results"
@@ -99,8 +106,9 @@ print("ratio epochfs / native:                        %.2fx   (target >= 0.5)" %
 print("ratio epochfs --open / passthrough_ll:         %.2fx" % (op / pll))
 print("ratio passthrough_ll / native:                 %.2fx" % (pll / nat))
 PY
+fi
 
-if [ "$SCAN_FILES" -gt 0 ]; then
+if part 2 && [ "$SCAN_FILES" -gt 0 ]; then
 	T1M=$BUILD/bench-scan-$SCAN_FILES
 	if [ ! -f "$T1M/.done" ]; then
 		echo "== creating $SCAN_FILES empty files in $T1M"
@@ -134,4 +142,8 @@ PY
 		fusermount3 -u "$W/m-scan"
 		wait "$pid"
 	done
+fi
+
+if part 3; then
+	BUILD=$BUILD bash tools/bench/thrash.sh
 fi
