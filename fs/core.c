@@ -35,7 +35,7 @@ static int cache_setup(struct core *c, const struct core_opts *o)
 	int err;
 
 	index_totals(c->ix, &t);
-	c->chunk = (uint32_t)(o->cache_chunk ? o->cache_chunk : 1u << 20);
+	c->chunk = (uint32_t)(o->cache_chunk ? o->cache_chunk : OPTIONS_DEFAULT_CACHE_CHUNK);
 	c->cache_need = t.bytes + (t.files + t.bytes / c->chunk + 1) * 64;
 	if (o->cache_default) {
 		cap = options_ram_bytes() / 100 * OPTIONS_DEFAULT_CACHE_PERCENT;

@@ -59,7 +59,7 @@ void options_usage(void *fp, const char *prog)
 		"      --cache-size SIZE  RAM cache budget: bytes with K/M/G/T, or N%% of RAM;\n"
 		"                       0 disables (default %u%% of RAM, at most the dataset)\n"
 		"      --cache-chunk SIZE files larger than this are cached in pieces of\n"
-		"                       this size (default 1M; a multiple of 128K)\n"
+		"                       this size (default 256K; a multiple of 128K)\n"
 		"      --verify         re-check the checksum of every cache hit\n"
 		"      --scrub-rate SIZE  bytes per second the background scrubber re-checks\n"
 		"                       (default 32M; 0 turns it off)\n"

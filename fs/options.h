@@ -34,7 +34,7 @@ struct options {
 #define OPTIONS_DEFAULT_TIMEOUT 3600.0
 #define OPTIONS_DEFAULT_THREADS 8u
 #define OPTIONS_DEFAULT_CACHE_PERCENT 25u
-#define OPTIONS_DEFAULT_CACHE_CHUNK (1u << 20)
+#define OPTIONS_DEFAULT_CACHE_CHUNK (256u << 10)   /* docs/design.md: chunk size */
 #define OPTIONS_DEFAULT_SCRUB_RATE (32ull << 20)
 #define OPTIONS_DEFAULT_PREFAULT UINT64_MAX   /* the whole budget the data can fill */
 

@@ -14,9 +14,12 @@
 # Part 3, the thrashing experiment of the MinIO cache (tools/bench/thrash.sh):
 # page cache vs epochfs with the same memory, bytes from the device per epoch.
 #
-# Environment: BENCH_PARTS ("1 2 3"), BENCH_FILES (12000), BENCH_EPOCHS (5),
+# Part 4, the cache chunk size (tools/bench/chunk.sh): fill, hit and cold
+# random-read latency of shard files for --cache-chunk 128K..16M.
+#
+# Environment: BENCH_PARTS ("1 2 3 4"), BENCH_FILES (12000), BENCH_EPOCHS (5),
 # BENCH_SCAN_FILES (1000000; 0 skips part 2), BENCH_DIR (build/bench-data);
-# part 3 takes THRASH_* (see thrash.sh).
+# parts 3 and 4 take THRASH_* and CHUNK_* (see their scripts).
 set -eu
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -24,7 +27,7 @@ FILES=${BENCH_FILES:-12000}
 EPOCHS=${BENCH_EPOCHS:-5}
 SCAN_FILES=${BENCH_SCAN_FILES:-1000000}
 DATA=${BENCH_DIR:-build/bench-data}
-PARTS=${BENCH_PARTS:-1 2 3}
+PARTS=${BENCH_PARTS:-1 2 3 4}
 part() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 W=$(mktemp -d /tmp/epochfs-bench.XXXXXX)
 PIDS=""
@@ -146,4 +149,8 @@ fi
 
 if part 3; then
 	BUILD=$BUILD bash tools/bench/thrash.sh
+fi
+
+if part 4; then
+	BUILD=$BUILD bash tools/bench/chunk.sh
 fi
