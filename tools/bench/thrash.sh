@@ -169,6 +169,11 @@ print("epochs >= 1, medians:")
 print("  page cache, memory D/2:   %.3f D from the device per epoch, hit rate %4.1f%%" % (pc, 100 * (1 - pc)))
 print("  epochfs --cache-size D/2: %.3f D from the device per epoch, hit rate %4.1f%%   (target <= 0.52 D)" % (ep, 100 * (1 - ep)))
 print("  hit rate epochfs / page cache: %.2fx   (target >= 3x)" % ((1 - ep) / max(1 - pc, 1e-9)))
+hp = [1 - x / D for x in later("pagecache", 3)]; he = [1 - x / D for x in later("epochfs", 3)]
+print("  by epoch: page cache %s, epochfs %s, ratio %s   (the page cache improves as its active"
+      % ("/".join("%.1f%%" % (100 * x) for x in hp), "/".join("%.1f%%" % (100 * x) for x in he),
+         "/".join("%.1fx" % (b / max(a, 1e-9)) for a, b in zip(hp, he))))
+print("  list protects pages read twice; epochfs holds its share from epoch 1)")
 print("  epochfs device bytes vs its storage_read_bytes (%.3f D): differ by %.1f%% at most   (target <= 5%%)" % (st, 100 * agree))
 for tag in ("", "@%dMBps" % (int(os.environ.get("THRASH_BPS", 104857600)) // 1048576)):
     f = os.path.join(w, "rss" + tag)
