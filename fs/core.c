@@ -220,7 +220,64 @@ static void storage_done(void *arg, ssize_t res, const void *buf)
 	free(x);
 }
 
-/* Reads the request itself from storage (no cache involved). */
+/* A fetch from source I that may still fall back to a later one. */
+struct fetch_ctx {
+	struct core *c;
+	int next;
+	uint32_t id;
+	struct index_version v;
+	off_t off;
+	size_t len;
+	void *buf;
+	source_done_fn done;
+	void *arg;
+};
+
+static void fetch(struct core *c, int i, uint32_t id, const char *rel,
+		  const struct index_version *v, off_t off, size_t len, void *buf,
+		  source_done_fn done, void *arg);
+
+static void fetch_done(void *arg, ssize_t res, const void *buf)
+{
+	struct fetch_ctx *f = arg;
+	char path[4096];
+
+	if (res != -EAGAIN) {
+		f->done(f->arg, res, buf);
+	} else if ((res = index_path(f->c->ix, f->id, path, sizeof(path))) < 0) {
+		f->done(f->arg, res, NULL);
+	} else {
+		fetch(f->c, f->next, f->id, path, &f->v, f->off, f->len, f->buf, f->done, f->arg);
+	}
+	free(f);
+}
+
+/* Fetches a miss from the sources, from the I-th on; storage, the last,
+ * is called directly. DONE runs once. */
+static void fetch(struct core *c, int i, uint32_t id, const char *rel,
+		  const struct index_version *v, off_t off, size_t len, void *buf,
+		  source_done_fn done, void *arg)
+{
+	struct fetch_ctx *f;
+
+	if (i >= c->nsources || !(f = malloc(sizeof(*f)))) {
+		storage_read(c->st, rel, v, off, len, buf, done, arg);
+		return;
+	}
+	*f = (struct fetch_ctx){ .c = c, .next = i + 1, .id = id, .v = *v, .off = off, .len = len,
+				 .buf = buf, .done = done, .arg = arg };
+	c->sources[i].read(c->sources[i].ctx, id, rel, v, off, len, buf, fetch_done, f);
+}
+
+int core_add_source(struct core *c, const struct source *s)
+{
+	if (c->nsources == CORE_MAX_SOURCES)
+		return -ENOSPC;
+	c->sources[c->nsources++] = *s;
+	return 0;
+}
+
+/* Reads the request itself from the sources (no cache involved). */
 static void read_storage(struct core_read_ctx *x)
 {
 	char path[4096];
@@ -230,7 +287,7 @@ static void read_storage(struct core_read_ctx *x)
 		storage_done(x, err, NULL);
 		return;
 	}
-	storage_read(x->c->st, path, &x->a.v, x->off, x->len, NULL, storage_done, x);
+	fetch(x->c, 0, x->id, path, &x->a.v, x->off, x->len, NULL, storage_done, x);
 }
 
 /* Serves the request from item bytes DATA (LEN long, at x->item_off).
@@ -327,7 +384,7 @@ static void read_item(struct core *c, uint32_t id, const struct index_attr *a, o
 			load_done(x, err, NULL);
 			return;
 		}
-		storage_read(c->st, path, &a->v, item_off, ref.len, ref.data, load_done, x);
+		fetch(c, 0, id, path, &a->v, item_off, ref.len, ref.data, load_done, x);
 		return;
 	}
 	read_storage(x);

@@ -2,8 +2,8 @@
  *
  * The FUSE adapter (ops.c) turns kernel requests into calls on a struct core
  * and core results into replies; tools and tests drive the same core with no
- * mount at all. A read travels: core_read() -> (cache, later issues) ->
- * storage (io_uring). The core never calls into the adapter; the adapter
+ * mount at all. A read travels: core_read() -> the RAM cache -> on a miss,
+ * the sources in order (source.h: a peer later, storage always last). The core never calls into the adapter; the adapter
  * learns of changes under the mount through the index's change callback.
  */
 #ifndef EPOCHFS_CORE_H
@@ -17,8 +17,11 @@
 #include "control.h"
 #include "index.h"
 #include "maint.h"
+#include "source.h"
 #include "stats.h"
 #include "storage.h"
+
+#define CORE_MAX_SOURCES 4
 
 struct core_opts {
 	const char *source;         /* the dataset directory */
@@ -44,6 +47,8 @@ struct core {
 	struct watch *watch;
 	struct cache *cache;        /* NULL: no RAM cache */
 	struct maint *maint;        /* the cache's background thread; NULL: none */
+	struct source sources[CORE_MAX_SOURCES];    /* tried in order; storage last */
+	int nsources;
 	uint32_t chunk;
 	uint64_t cache_need;        /* arena bytes the whole dataset would take */
 	struct stats stats;
@@ -59,6 +64,11 @@ int core_open(const struct core_opts *o, struct core **out);
  * thread). Reads need it. Returns 0 or -errno (logged). */
 int core_start(struct core *c);
 void core_close(struct core *c);
+
+/* Puts source S in front of the others (storage stays last): misses are
+ * asked of it first, and of the next source when it answers -EAGAIN. Call
+ * before reads begin. 0, or -ENOSPC when CORE_MAX_SOURCES are in use. */
+int core_add_source(struct core *c, const struct source *s);
 
 /* Debug hooks, for tests only (the daemon arms them when EPOCHFS_DEBUG_HOOKS=1
  * is in its environment): the fd a signal handler writes a command byte to,

@@ -1,0 +1,228 @@
+/* test_core.c - the core's read path without a mount: the RAM cache in
+ * front, the source chain behind it (a source that passes a read on, one
+ * that answers it, one that fails), and reads that span several items. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+
+#include "core.h"
+#include "helpers.h"
+
+#define BIG (600u << 10)        /* three 256 KiB items */
+
+static char *dir;
+static char big[BIG];
+static struct core *core;
+
+/* A read waited for: core_read's callback may run on another thread. */
+struct wait {
+	pthread_mutex_t m;
+	pthread_cond_t cv;
+	int done;
+	ssize_t res;
+	char buf[BIG];
+};
+
+static void wait_cb(void *arg, ssize_t res, const void *buf)
+{
+	struct wait *w = arg;
+
+	pthread_mutex_lock(&w->m);
+	w->res = res;
+	if (res > 0)
+		memcpy(w->buf, buf, (size_t)res);
+	w->done = 1;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->m);
+}
+
+static ssize_t rd(uint32_t id, off_t off, size_t len, struct wait *w)
+{
+	struct index_attr a;
+
+	cr_assert_eq(index_get(core->ix, id, &a), 0);
+	memset(w, 0, sizeof(*w));
+	pthread_mutex_init(&w->m, NULL);
+	pthread_cond_init(&w->cv, NULL);
+	core_read(core, id, a.gen, off, len, wait_cb, w);
+	pthread_mutex_lock(&w->m);
+	while (!w->done)
+		pthread_cond_wait(&w->cv, &w->m);
+	pthread_mutex_unlock(&w->m);
+	return w->res;
+}
+
+static uint64_t storage_bytes(void)
+{
+	struct storage_stats s;
+
+	storage_get_stats(core->st, &s);
+	return s.bytes;
+}
+
+static uint32_t id_of(const char *name)
+{
+	uint32_t id = index_lookup(core->ix, INDEX_ROOT, name);
+
+	cr_assert(id, "%s not indexed", name);
+	return id;
+}
+
+/* Fake sources. */
+static int asked;
+static int mode;                /* 0: pass on (-EAGAIN), 1: serve the true bytes, 2: fail */
+
+static void fake_read(void *ctx, uint32_t id, const char *rel, const struct index_version *v,
+		      off_t off, size_t len, void *buf, source_done_fn done, void *arg)
+{
+	static char own[BIG];
+	char *out = buf ? buf : own;
+
+	(void)ctx, (void)id, (void)v;
+	__atomic_add_fetch(&asked, 1, __ATOMIC_RELAXED);
+	if (mode == 0) {
+		done(arg, -EAGAIN, NULL);
+	} else if (mode == 2) {
+		done(arg, -EIO, NULL);
+	} else {
+		cr_assert_str_eq(rel, "big.bin");
+		memcpy(out, big + off, len);
+		done(arg, (ssize_t)len, out);
+	}
+}
+
+static void setup(void)
+{
+	struct core_opts o = { .cache_size = 8 << 20, .cache_chunk = 256 << 10 };
+
+	for (size_t i = 0; i < BIG; i++)
+		big[i] = (char)(i * 7 + i / 4096);
+	dir = th_tmpdir();
+	th_write(dir, "small.txt", "hello, epochfs");
+	char p[4096];
+	snprintf(p, sizeof(p), "%s/big.bin", dir);
+	FILE *f = fopen(p, "w");
+	cr_assert(f && fwrite(big, 1, BIG, f) == BIG);
+	fclose(f);
+	o.source = dir;
+	cr_assert_eq(core_open(&o, &core), 0);
+	cr_assert_eq(core_start(core), 0);
+	asked = 0;
+}
+
+static void teardown(void)
+{
+	core_close(core);
+	th_rmrf(dir);
+	free(dir);
+}
+
+TestSuite(core, .init = setup, .fini = teardown);
+
+Test(core, reads_through_the_cache_and_across_items)
+{
+	static struct wait w;
+	uint32_t b = id_of("big.bin");
+
+	/* A read spanning all three items, at an odd offset. */
+	cr_assert_eq(rd(b, 1000, BIG - 2000, &w), BIG - 2000);
+	cr_expect(!memcmp(w.buf, big + 1000, BIG - 2000));
+	cr_expect_eq(storage_bytes(), BIG);         /* each item loaded whole, once */
+	/* Again: all from the cache. */
+	cr_assert_eq(rd(b, 0, BIG, &w), BIG);
+	cr_expect(!memcmp(w.buf, big, BIG));
+	cr_assert_eq(rd(b, (256 << 10) - 10, 20, &w), 20);
+	cr_expect(!memcmp(w.buf, big + (256 << 10) - 10, 20));
+	cr_expect_eq(storage_bytes(), BIG);
+	/* Reads are clamped at the end of the file. */
+	cr_assert_eq(rd(b, BIG - 5, 100, &w), 5);
+	cr_expect_eq(rd(b, BIG, 100, &w), 0);
+	uint32_t s = id_of("small.txt");
+	cr_assert_eq(rd(s, 0, 4096, &w), 14);
+	cr_expect(!memcmp(w.buf, "hello, epochfs", 14));
+}
+
+Test(core, a_source_that_passes_falls_back_to_storage)
+{
+	static struct wait w;
+	struct source src = { .name = "fake", .read = fake_read };
+
+	mode = 0;
+	cr_assert_eq(core_add_source(core, &src), 0);
+	cr_assert_eq(rd(id_of("big.bin"), 0, BIG, &w), BIG);
+	cr_expect(!memcmp(w.buf, big, BIG));
+	cr_expect_eq(asked, 3);                     /* one per item */
+	cr_expect_eq(storage_bytes(), BIG);
+	/* Hits never ask a source. */
+	cr_assert_eq(rd(id_of("big.bin"), 0, BIG, &w), BIG);
+	cr_expect_eq(asked, 3);
+}
+
+Test(core, a_source_that_answers_spares_storage)
+{
+	static struct wait w;
+	struct source src = { .name = "fake", .read = fake_read };
+
+	mode = 1;
+	cr_assert_eq(core_add_source(core, &src), 0);
+	/* Items 0 and 1 (the boundary is at 262144). */
+	cr_assert_eq(rd(id_of("big.bin"), 200000, 200000, &w), 200000);
+	cr_expect(!memcmp(w.buf, big + 200000, 200000));
+	cr_expect_eq(storage_bytes(), 0);
+	cr_expect_eq(asked, 2);
+}
+
+Test(core, a_final_error_reaches_the_reader)
+{
+	static struct wait w;
+	struct source src = { .name = "fake", .read = fake_read };
+
+	mode = 2;
+	cr_assert_eq(core_add_source(core, &src), 0);
+	cr_expect_eq(rd(id_of("big.bin"), 0, 4096, &w), -EIO);
+	cr_expect_eq(storage_bytes(), 0);
+	/* The failed load admitted nothing: the next read asks again. */
+	mode = 0;
+	cr_assert_eq(rd(id_of("big.bin"), 0, 4096, &w), 4096);
+	cr_expect(!memcmp(w.buf, big, 4096));
+}
+
+Test(core, sources_are_bounded)
+{
+	struct source src = { .name = "fake", .read = fake_read };
+
+	for (int i = 0; i < CORE_MAX_SOURCES; i++)
+		cr_assert_eq(core_add_source(core, &src), 0);
+	cr_expect_eq(core_add_source(core, &src), -ENOSPC);
+}
+
+/* Concurrent readers of the same items: one load each, all bytes right. */
+static void *reader(void *arg)
+{
+	struct wait *w = malloc(sizeof(*w));
+	uintptr_t k = (uintptr_t)arg;
+	uint32_t b = id_of("big.bin");
+	int bad = 0;
+
+	for (int i = 0; i < 50; i++) {
+		off_t off = (off_t)((k * 7919 + (uintptr_t)i * 104729) % (BIG - 70000));
+		if (rd(b, off, 70000, w) != 70000 || memcmp(w->buf, big + off, 70000))
+			bad = 1;
+	}
+	free(w);
+	return (void *)(uintptr_t)bad;
+}
+
+Test(core, concurrent_readers_load_each_item_once)
+{
+	pthread_t t[8];
+	void *bad;
+
+	for (uintptr_t i = 0; i < 8; i++)
+		pthread_create(&t[i], NULL, reader, (void *)i);
+	for (int i = 0; i < 8; i++) {
+		pthread_join(t[i], &bad);
+		cr_expect(!bad, "reader %d saw wrong bytes", i);
+	}
+	cr_expect_eq(storage_bytes(), BIG);
+}
