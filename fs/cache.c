@@ -29,6 +29,7 @@
 #define MADV_POPULATE_WRITE 23      /* Linux 5.14 */
 #endif
 #define PREFAULT_STEP (32ull << 20)
+#define PAGE_BYTES 4096ull
 
 enum { ST_LOADING = 1, ST_READY, ST_DEAD };
 
@@ -372,10 +373,11 @@ uint64_t cache_scrub(struct cache *c, uint64_t max_bytes)
 int64_t cache_prefault(struct cache *c, uint64_t upto)
 {
 	uint64_t done = __atomic_load_n(&c->prefaulted, __ATOMIC_RELAXED), start = done;
-	uint64_t target = upto;
+	uint64_t end = (c->o.capacity + PAGE_BYTES - 1) & ~(uint64_t)(PAGE_BYTES - 1);
+	/* Whole pages only, so the next call starts page-aligned, as madvise
+	 * requires; the mapping itself runs to the capacity's last page. */
+	uint64_t target = upto > end ? end : (upto + PAGE_BYTES - 1) & ~(uint64_t)(PAGE_BYTES - 1);
 
-	if (target > c->o.capacity)
-		target = c->o.capacity;
 	while (done < target) {
 		uint64_t n = target - done < PREFAULT_STEP ? target - done : PREFAULT_STEP;
 		/* Touches each page for writing without changing its bytes, so

@@ -109,7 +109,7 @@ size_t cache_chunk_len(uint64_t size, uint32_t chunk, uint32_t i);
 uint64_t cache_scrub(struct cache *c, uint64_t max_bytes);
 
 /* Makes the first UPTO bytes of the arena resident (MADV_POPULATE_WRITE;
- * never past the capacity), so loads copy into memory that is already there
+ * rounded up to whole pages, never past the capacity's last page), so loads copy into memory that is already there
  * instead of faulting it in. Item bytes are never changed. Returns the bytes
  * newly made resident (0 when already that far) or -errno (-EINVAL: the
  * kernel has no MADV_POPULATE_WRITE). One caller at a time (a background
