@@ -16,7 +16,7 @@ say =
 endif
 
 CC ?= cc
-PKGS := fuse3 liburing libxxhash libturbojpeg
+PKGS := fuse3 liburing libxxhash libturbojpeg libjpeg
 BUILD := build
 CFLAGS ?= -O2 -g
 WARN := -Wall -Wextra -Wstrict-prototypes -Wmissing-declarations -Wwrite-strings -Wshadow
@@ -37,7 +37,8 @@ LIBS = $(PKG_LIBS) -lpthread -lm
 
 CORE_SRC := fs/log.c fs/path.c fs/index.c fs/storage.c fs/stats.c fs/control.c \
 	    fs/watch.c fs/core.c fs/options.c fs/cache.c fs/maint.c
-CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
+PREP_SRC := prep/jpeg.c prep/augment.c
+CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o) $(PREP_SRC:%.c=$(BUILD)/%.o)
 CORE_LIB := $(BUILD)/libepochfs.a
 
 DAEMON := $(BUILD)/epochfs
