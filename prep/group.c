@@ -1,0 +1,551 @@
+/* group.c - see group.h.
+ *
+ * DESIGN
+ * - A batch slot lives in one list while it is made, held or being read:
+ *   QUEUED (a reader wants it) -> MAKING -> READY -> EMPTY (pixels freed;
+ *   the slot stays while readers hold it, and a read re-queues it).
+ * - Workers take QUEUED slots first (a reader waits for them), then the
+ *   frontier: the next batch in epoch order not made yet (a bitmap, one bit
+ *   a batch, says which were). Either way only while the bytes held stay
+ *   within opts.mem (one batch is always allowed, so a tiny budget still
+ *   makes progress). Consumers that read in order therefore always
+ *   progress: the memory they wait for is held by batches the others will
+ *   read, or by a dead consumer's, which the timeout frees.
+ * - Readers copy outside the lock with the slot pinned; a free asked for
+ *   while pins remain happens when the last pin goes.
+ * - A batch made again (regen) is freed as soon as the reader that asked
+ *   has it all, or when its last reader closes: its other consumers read
+ *   it the first time round.
+ * - Each epoch's permutation is computed once under the lock into a cache
+ *   of two epochs, and a worker copies just its batch's slice.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "group.h"
+
+enum { B_QUEUED, B_MAKING, B_READY, B_EMPTY };
+
+struct gbatch {
+	uint64_t seq;               /* epoch * batches + index */
+	int state;
+	int regen;                  /* made before: count it as regenerated */
+	int want_free;              /* free once unpinned */
+	uint8_t *data;              /* READY only */
+	size_t len;
+	uint32_t readers, pins, done;
+	double touched;             /* last made or read, monotonic seconds */
+	struct gbatch *next;
+};
+
+struct group_reader {
+	struct group *g;
+	struct gbatch *b;
+	uint64_t copied;
+	int counted;
+};
+
+struct order_cache {
+	int valid;
+	uint32_t epoch;
+	uint32_t *v;
+};
+
+struct group {
+	struct prep_spec sp;
+	struct folder *f;
+	struct group_io io;
+	struct group_opts o;
+	uint32_t n;                 /* samples */
+	uint64_t nb, total;         /* batches per epoch, in all */
+	uint64_t frontier;          /* next batch to make in order */
+	uint32_t jobs;              /* consumers expected now */
+	struct gbatch *list;
+	struct order_cache orders[2];
+	unsigned next_order;
+	uint8_t *bad_seen;          /* one bit a sample */
+	uint8_t *made;              /* one bit a batch (epoch * nb + index) ever made */
+	struct group_stats st;
+	int stop;
+	pthread_mutex_t lock;       /* everything above */
+	pthread_cond_t work, ready;
+	pthread_t *th;
+	unsigned nth;
+};
+
+static double now(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static void deadline(struct timespec *ts, double s)
+{
+	double t;
+
+	clock_gettime(CLOCK_MONOTONIC, ts);
+	t = (double)ts->tv_sec + ts->tv_nsec / 1e9 + s;
+	ts->tv_sec = (time_t)t;
+	ts->tv_nsec = (long)((t - (double)ts->tv_sec) * 1e9);
+}
+
+static uint32_t batch_n(const struct group *g, uint64_t index)
+{
+	uint64_t first = index * g->sp.batch;
+
+	return (uint32_t)(g->n - first < g->sp.batch ? g->n - first : g->sp.batch);
+}
+
+size_t group_batch_bytes(const struct group *g, uint64_t index)
+{
+	struct batch_header h;
+
+	return batch_layout(&g->sp.p, batch_n(g, index), 0, index, 0, &h);
+}
+
+static struct gbatch *find(struct group *g, uint64_t seq)
+{
+	for (struct gbatch *b = g->list; b; b = b->next)
+		if (b->seq == seq)
+			return b;
+	return NULL;
+}
+
+static void unlink_slot(struct group *g, struct gbatch *b)
+{
+	for (struct gbatch **p = &g->list; *p; p = &(*p)->next)
+		if (*p == b) {
+			*p = b->next;
+			free(b);
+			return;
+		}
+}
+
+/* Frees B's pixels now, or when its last pin goes. Lock held. */
+static void release(struct group *g, struct gbatch *b)
+{
+	if (b->state != B_READY)
+		return;
+	if (b->pins) {
+		b->want_free = 1;
+		return;
+	}
+	free(b->data);
+	b->data = NULL;
+	b->want_free = 0;
+	b->state = B_EMPTY;
+	g->st.staged_bytes -= b->len;
+	g->st.freed++;
+	if (!b->readers)
+		unlink_slot(g, b);
+	pthread_cond_broadcast(&g->work);
+}
+
+static struct gbatch *new_slot(struct group *g, uint64_t seq, int state)
+{
+	struct gbatch *b = calloc(1, sizeof(*b));
+
+	if (!b)
+		return NULL;
+	b->seq = seq;
+	b->state = state;
+	b->len = group_batch_bytes(g, seq % g->nb);
+	b->touched = now();
+	b->next = g->list;
+	g->list = b;
+	return b;
+}
+
+static int was_made(const struct group *g, uint64_t seq)
+{
+	return g->made[seq / 8] & (1u << seq % 8);
+}
+
+/* Takes slot B for making: its bytes count from now on. Lock held. */
+static struct gbatch *take(struct group *g, struct gbatch *b)
+{
+	b->state = B_MAKING;
+	b->regen = was_made(g, b->seq);
+	g->made[b->seq / 8] |= (uint8_t)(1u << b->seq % 8);
+	g->st.staged_bytes += b->len;
+	if (g->st.staged_bytes > g->st.staged_peak)
+		g->st.staged_peak = g->st.staged_bytes;
+	return b;
+}
+
+static int fits(const struct group *g, size_t len)
+{
+	return !g->st.staged_bytes || g->st.staged_bytes + len <= g->o.mem;
+}
+
+/* The next slot to make, marked MAKING, or NULL: nothing to do, or (with
+ * *BLOCKED set) no memory for it until consumers free some. Batches a
+ * reader waits for go first; then the next one in order not made yet. Both
+ * stay within opts.mem. Lock held. */
+static struct gbatch *pick(struct group *g, int *blocked)
+{
+	*blocked = 0;
+	for (struct gbatch *b = g->list; b; b = b->next)
+		if (b->state == B_QUEUED) {
+			if (fits(g, b->len))
+				return take(g, b);
+			*blocked = 1;
+			return NULL;
+		}
+	while (g->frontier < g->total && (was_made(g, g->frontier) || find(g, g->frontier)))
+		g->frontier++;
+	if (g->frontier == g->total)
+		return NULL;
+	if (!fits(g, group_batch_bytes(g, g->frontier % g->nb))) {
+		*blocked = 1;
+		return NULL;
+	}
+	struct gbatch *b = new_slot(g, g->frontier++, B_QUEUED);
+	return b ? take(g, b) : NULL;
+}
+
+/* Workers are waiting for memory: give up on a consumer that left a batch
+ * half-read (some consumers done, nobody touching it) for TIMEOUT_S. */
+static void drop_stalled(struct group *g)
+{
+	struct gbatch *old = NULL;
+	double t = now();
+
+	if (g->jobs <= 1)
+		return;
+	for (struct gbatch *b = g->list; b; b = b->next)
+		if (b->state == B_READY && b->done && b->done < g->jobs && !b->pins &&
+		    t - b->touched > g->o.timeout_s && (!old || b->touched < old->touched))
+			old = b;
+	if (!old)
+		return;
+	g->jobs--;
+	g->st.dropped++;
+	g->st.jobs = g->jobs;
+	for (struct gbatch *b = g->list, *next; b; b = next) {
+		next = b->next;             /* release() may unlink b */
+		if (b->state == B_READY && b->done >= g->jobs)
+			release(g, b);
+	}
+}
+
+/* Copies the slice of EPOCH's order for batch INDEX into IDX. Lock held. */
+static int order_slice(struct group *g, uint32_t epoch, uint64_t index, uint32_t n, uint32_t *idx)
+{
+	struct order_cache *c = NULL;
+
+	for (int i = 0; i < 2; i++)
+		if (g->orders[i].valid && g->orders[i].epoch == epoch)
+			c = &g->orders[i];
+	if (!c) {
+		c = &g->orders[g->next_order++ % 2];
+		if (!c->v && !(c->v = malloc((size_t)g->n * sizeof(uint32_t))))
+			return -ENOMEM;
+		batch_order(g->sp.p.seed, epoch, g->n, c->v);
+		c->epoch = epoch;
+		c->valid = 1;
+	}
+	memcpy(idx, c->v + index * g->sp.batch, (size_t)n * sizeof(uint32_t));
+	return 0;
+}
+
+static void *worker(void *arg)
+{
+	struct group *g = arg;
+	struct batch_worker w = { 0 };
+	uint32_t *idx = malloc((size_t)g->sp.batch * sizeof(uint32_t));
+	size_t ss = batch_sample_bytes(&g->sp.p), cap = 0;
+	void *file = NULL;
+
+	pthread_mutex_lock(&g->lock);
+	while (!g->stop) {
+		int blocked = 0;
+		struct gbatch *b = idx ? pick(g, &blocked) : NULL;
+		struct timespec ts;
+		if (!b) {
+			if (blocked)
+				drop_stalled(g);
+			deadline(&ts, 0.1);
+			pthread_cond_timedwait(&g->work, &g->lock, &ts);
+			continue;
+		}
+		uint32_t epoch = (uint32_t)(b->seq / g->nb);
+		uint64_t index = b->seq % g->nb, first = index * g->sp.batch;
+		uint32_t n = batch_n(g, index);
+		struct batch_header h;
+		size_t len = batch_layout(&g->sp.p, n, epoch, index, first, &h);
+		uint8_t *data = order_slice(g, epoch, index, n, idx) ? NULL : malloc(len);
+		if (!data) {
+			b->state = B_QUEUED;        /* try again shortly */
+			g->st.staged_bytes -= b->len;
+			deadline(&ts, 0.1);
+			pthread_cond_timedwait(&g->work, &g->lock, &ts);
+			continue;
+		}
+		pthread_mutex_unlock(&g->lock);
+
+		struct timespec c0, c1;
+		uint32_t bad = 0;
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+		int32_t *labels = (int32_t *)(data + h.labels_offset);
+		memset(data + h.labels_offset + 4ull * n, 0, h.pixels_offset - h.labels_offset - 4ull * n);
+		for (uint32_t s = 0; s < n; s++) {
+			const char *rel = folder_path(g->f, idx[s]);
+			ssize_t got = g->io.read_file(g->io.ctx, rel, &file, &cap);
+			int err = got < 0 ? (int)got
+					  : batch_make_sample(&g->sp.p, &w, epoch, first + s, file, (size_t)got,
+							      data + h.pixels_offset + (size_t)s * ss);
+			if (got < 0)            /* unreadable: the substitute too */
+				batch_make_sample(&g->sp.p, &w, epoch, first + s, "", 0,
+						  data + h.pixels_offset + (size_t)s * ss);
+			labels[s] = folder_label(g->f, idx[s]);
+			if (err) {
+				bad++;
+				pthread_mutex_lock(&g->lock);
+				int seen = g->bad_seen[idx[s] / 8] & (1u << idx[s] % 8);
+				g->bad_seen[idx[s] / 8] |= (uint8_t)(1u << idx[s] % 8);
+				pthread_mutex_unlock(&g->lock);
+				if (!seen && g->io.bad)
+					g->io.bad(g->io.ctx, rel, err);
+			}
+		}
+		h.bad_samples = bad;
+		memcpy(data, &h, sizeof(h));
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+
+		pthread_mutex_lock(&g->lock);
+		g->st.cpu_ns += (uint64_t)((c1.tv_sec - c0.tv_sec) * 1000000000ll + (c1.tv_nsec - c0.tv_nsec));
+		g->st.images += n;
+		g->st.bad_samples += bad;
+		if (b->regen)
+			g->st.regenerated++;
+		else
+			g->st.produced++;
+		b->data = data;
+		b->state = B_READY;
+		b->touched = now();
+		pthread_cond_broadcast(&g->ready);
+	}
+	pthread_mutex_unlock(&g->lock);
+	batch_worker_free(&w);
+	free(file);
+	free(idx);
+	return NULL;
+}
+
+int group_new(const struct prep_spec *sp, struct folder *f, const struct group_io *io,
+	      const struct group_opts *o, struct group **out, char *err, size_t errlen)
+{
+	struct group *g = calloc(1, sizeof(*g));
+	uint32_t n = folder_samples(f);
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+	err[0] = '\0';
+	if (!g) {
+		folder_free(f);
+		return -ENOMEM;
+	}
+	g->sp = *sp;
+	g->f = f;
+	g->io = *io;
+	g->o = *o;
+	if (g->o.timeout_s <= 0)
+		g->o.timeout_s = 120;
+	if (g->o.wait_s <= 0)
+		g->o.wait_s = 600;
+	g->n = n;
+	g->nb = sp->drop_last ? n / sp->batch : (n + sp->batch - 1) / sp->batch;
+	if (!g->nb) {
+		snprintf(err, errlen, "%u samples make no batch of %u with drop_last=1", n, sp->batch);
+		folder_free(f);
+		free(g);
+		return -EINVAL;
+	}
+	g->total = g->nb * sp->epochs;
+	g->jobs = sp->jobs;
+	g->st.jobs = sp->jobs;
+	g->st.batches = g->nb;
+	g->bad_seen = calloc((size_t)n / 8 + 1, 1);
+	g->made = calloc(g->total / 8 + 1, 1);
+	g->nth = o->threads ? o->threads : (unsigned)(cpus > 0 ? cpus : 1);
+	g->th = calloc(g->nth, sizeof(*g->th));
+	pthread_mutex_init(&g->lock, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&g->work, &ca);
+	pthread_cond_init(&g->ready, &ca);
+	pthread_condattr_destroy(&ca);
+	if (!g->bad_seen || !g->made || !g->th) {
+		g->nth = 0;
+		group_free(g);
+		return -ENOMEM;
+	}
+	for (unsigned i = 0; i < g->nth; i++) {
+		int e = pthread_create(&g->th[i], NULL, worker, g);
+		if (e) {
+			g->nth = i;
+			group_free(g);
+			return -e;
+		}
+	}
+	*out = g;
+	return 0;
+}
+
+void group_free(struct group *g)
+{
+	if (!g)
+		return;
+	pthread_mutex_lock(&g->lock);
+	g->stop = 1;
+	pthread_cond_broadcast(&g->work);
+	pthread_cond_broadcast(&g->ready);
+	pthread_mutex_unlock(&g->lock);
+	for (unsigned i = 0; i < g->nth; i++)
+		pthread_join(g->th[i], NULL);
+	while (g->list) {
+		struct gbatch *b = g->list;
+		g->list = b->next;
+		free(b->data);
+		free(b);
+	}
+	for (int i = 0; i < 2; i++)
+		free(g->orders[i].v);
+	pthread_mutex_destroy(&g->lock);
+	pthread_cond_destroy(&g->work);
+	pthread_cond_destroy(&g->ready);
+	folder_free(g->f);
+	free(g->bad_seen);
+	free(g->made);
+	free(g->th);
+	free(g);
+}
+
+const struct prep_spec *group_spec(const struct group *g)
+{
+	return &g->sp;
+}
+
+uint64_t group_batches(const struct group *g)
+{
+	return g->nb;
+}
+
+void group_get_stats(struct group *g, struct group_stats *s)
+{
+	pthread_mutex_lock(&g->lock);
+	*s = g->st;
+	pthread_mutex_unlock(&g->lock);
+}
+
+int group_open(struct group *g, uint32_t epoch, uint64_t index, struct group_reader **out)
+{
+	struct group_reader *r;
+	struct gbatch *b;
+
+	if (epoch >= g->sp.epochs || index >= g->nb)
+		return -ENOENT;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	pthread_mutex_lock(&g->lock);
+	uint64_t seq = (uint64_t)epoch * g->nb + index;
+	b = find(g, seq);
+	if (!b) {
+		/* Made and freed before, or ahead of the workers: ask for it. */
+		b = new_slot(g, seq, B_QUEUED);
+		if (!b) {
+			pthread_mutex_unlock(&g->lock);
+			free(r);
+			return -ENOMEM;
+		}
+		pthread_cond_broadcast(&g->work);
+	}
+	b->readers++;
+	g->st.readers++;
+	pthread_mutex_unlock(&g->lock);
+	r->g = g;
+	r->b = b;
+	*out = r;
+	return 0;
+}
+
+ssize_t group_read(struct group_reader *r, off_t off, size_t len, void *buf)
+{
+	struct group *g = r->g;
+	struct gbatch *b = r->b;
+	struct timespec ts;
+
+	if (off < 0)
+		return -EINVAL;
+	/* The end is known without the pixels: a read there must not ask for
+	 * a batch its own consumer may just have finished, and freed. */
+	if ((uint64_t)off >= b->len || !len)
+		return 0;
+	deadline(&ts, g->o.wait_s);
+	pthread_mutex_lock(&g->lock);
+	while (b->state != B_READY) {
+		if (g->stop) {
+			pthread_mutex_unlock(&g->lock);
+			return -ESHUTDOWN;
+		}
+		if (b->state == B_EMPTY) {      /* freed under us: make it again */
+			b->state = B_QUEUED;
+			pthread_cond_broadcast(&g->work);
+		}
+		if (pthread_cond_timedwait(&g->ready, &g->lock, &ts) == ETIMEDOUT && b->state != B_READY) {
+			pthread_mutex_unlock(&g->lock);
+			return -ETIMEDOUT;
+		}
+	}
+	size_t n = b->len - (size_t)off < len ? b->len - (size_t)off : len;
+	const uint8_t *data = b->data;
+	b->pins++;
+	b->touched = now();
+	pthread_mutex_unlock(&g->lock);
+
+	memcpy(buf, data + off, n);
+
+	pthread_mutex_lock(&g->lock);
+	b->pins--;
+	g->st.served_bytes += n;
+	r->copied += n;
+	if (!r->counted && r->copied >= b->len) {
+		r->counted = 1;
+		/* A batch made again serves whoever asked for it: no waiting for
+		 * other consumers, who read it the first time. */
+		if (++b->done >= g->jobs || b->regen)
+			b->want_free = 1;
+	}
+	if (b->want_free && !b->pins)
+		release(g, b);
+	pthread_mutex_unlock(&g->lock);
+	return (ssize_t)n;
+}
+
+void group_close(struct group_reader *r)
+{
+	struct group *g;
+
+	if (!r)
+		return;
+	g = r->g;
+	pthread_mutex_lock(&g->lock);
+	g->st.readers--;
+	if (--r->b->readers == 0) {
+		if (r->b->state == B_EMPTY)
+			unlink_slot(g, r->b);
+		else if (r->b->state == B_READY && r->b->regen)
+			release(g, r->b);   /* nobody else is coming for it */
+	}
+	pthread_mutex_unlock(&g->lock);
+	free(r);
+}

@@ -1,0 +1,94 @@
+/* group.h - one prep group at run time: batches made once, read by k jobs.
+ *
+ * A group turns a spec and an ImageFolder listing into a stream of batches,
+ * epoch after epoch, made by worker threads in the order consumers will read
+ * them. It holds made batches in memory (at most MEM bytes, but always at
+ * least one) until JOBS consumers have each read a batch whole, then frees
+ * it. A read of a batch that was freed, or never made, makes it (again):
+ * everything in a batch follows from (spec, epoch, index), so freeing early
+ * costs CPU, never correctness (counted in `regenerated`).
+ *
+ * Consumers: each group_open()..group_close() is one consumer's read of one
+ * batch (the FUSE adapter opens one per lookup of a batch file). A batch
+ * that only some of its consumers have read, and that nobody has touched for
+ * TIMEOUT_S while the workers wait for memory, is freed and the group
+ * expects one consumer fewer from then on (counted in `dropped`): a job that
+ * died does not stall the others. If it comes back, what it reads is made
+ * again.
+ *
+ * Images are read through GROUP_IO (the daemon passes its own read path, so
+ * prep reads through the RAM cache); bad images become substitutes
+ * (batch.h), counted, and reported once each through io->bad.
+ *
+ * Thread safety: all calls from any thread. One mutex guards the batch list
+ * and counters; pixels are made and copied outside it.
+ */
+#ifndef EPOCHFS_GROUP_H
+#define EPOCHFS_GROUP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "folder.h"
+#include "spec.h"
+
+struct group;
+struct group_reader;
+
+struct group_io {
+	void *ctx;
+	/* Reads the whole file REL (a sample path) into *BUF, grown with
+	 * realloc as needed (*CAP its size). The length, or -errno. */
+	ssize_t (*read_file)(void *ctx, const char *rel, void **buf, size_t *cap);
+	/* Told once per sample that was replaced by a substitute. May be NULL. */
+	void (*bad)(void *ctx, const char *rel, int err);
+};
+
+struct group_opts {
+	unsigned threads;           /* workers; 0: one per CPU */
+	uint64_t mem;               /* bytes of made batches held at most */
+	double timeout_s;           /* see above; 0: 120 s */
+	double wait_s;              /* a read waits this long for its batch; 0: 600 s */
+};
+
+struct group_stats {
+	uint64_t batches;           /* per epoch */
+	uint64_t produced;          /* batches made, first time */
+	uint64_t regenerated;       /* batches made again */
+	uint64_t freed;             /* batches freed after their consumers */
+	uint64_t served_bytes;      /* bytes copied to readers */
+	uint64_t images;            /* samples made */
+	uint64_t bad_samples;       /* of those, substitutes */
+	uint64_t cpu_ns;            /* worker CPU time making batches */
+	uint64_t staged_bytes, staged_peak;
+	uint64_t readers;           /* open readers now */
+	uint64_t dropped;           /* consumers given up on */
+	uint32_t jobs;              /* consumers expected now */
+};
+
+/* Starts a group over F (taken over, freed with the group). 0 and *OUT;
+ * -EINVAL (fewer samples than one batch with drop_last: ERR says so),
+ * -ENOMEM, or a thread error. */
+int group_new(const struct prep_spec *sp, struct folder *f, const struct group_io *io,
+	      const struct group_opts *o, struct group **out, char *err, size_t errlen);
+/* Stops the workers and frees everything; no reader may be open. */
+void group_free(struct group *g);
+
+const struct prep_spec *group_spec(const struct group *g);
+uint64_t group_batches(const struct group *g);
+/* Bytes of batch INDEX's file (the last one may hold fewer samples). */
+size_t group_batch_bytes(const struct group *g, uint64_t index);
+void group_get_stats(struct group *g, struct group_stats *s);
+
+/* Begins one consumer's read of batch INDEX of EPOCH. 0, -ENOENT (no such
+ * batch), -ENOMEM. Does not wait. */
+int group_open(struct group *g, uint32_t epoch, uint64_t index, struct group_reader **r);
+/* Copies up to LEN bytes at OFF of the batch into BUF, waiting for it to be
+ * made. Bytes copied (0 past the end), or -ETIMEDOUT, -ENOMEM, -ESHUTDOWN
+ * (the group is stopping). When a reader has copied every byte, its
+ * consumer counts as done with the batch. */
+ssize_t group_read(struct group_reader *r, off_t off, size_t len, void *buf);
+void group_close(struct group_reader *r);
+
+#endif

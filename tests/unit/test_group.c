@@ -1,0 +1,285 @@
+/* test_group.c - a prep group over a real ImageFolder tree: k consumers get
+ * the same bytes, labels follow ImageFolder, memory stays bounded, a dead
+ * consumer does not stall the others, bad images are substitutes counted
+ * once, a late reader gets a bit-identical regeneration. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <turbojpeg.h>
+
+#include "group.h"
+#include "helpers.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+static char *dir;
+static int base;
+static int bad_calls;
+
+static void put(const char *rel, const void *data, size_t len)
+{
+	char p[4096];
+	snprintf(p, sizeof(p), "%s/%s", dir, rel);
+	FILE *f = fopen(p, "w");
+	cr_assert(f);
+	cr_assert_eq(fwrite(data, 1, len, f), len);
+	fclose(f);
+}
+
+static unsigned char *jpeg(int w, int h, int pf, int samp, int flags, int seed, unsigned long *len)
+{
+	int ps = tjPixelSize[pf];
+	unsigned char *px = malloc((size_t)w * h * ps), *j = NULL;
+	tjhandle tj = tjInitCompress();
+
+	for (int i = 0; i < w * h * ps; i++)
+		px[i] = (unsigned char)(i * (seed + 3) / 7 + seed * 31);
+	cr_assert_eq(tjCompress2(tj, px, w, 0, h, pf, &j, len, samp, 85, flags), 0);
+	tjDestroy(tj);
+	free(px);
+	return j;
+}
+
+/* ImageFolder tree: 3 classes x 20 good images, plus, in class c1, the hard
+ * cases. Returns how many samples are bad on purpose. */
+static int tree(void)
+{
+	unsigned long len;
+	unsigned char *j;
+
+	dir = th_tmpdir();
+	th_mkdir(dir, "c0"), th_mkdir(dir, "c1"), th_mkdir(dir, "c2");
+	for (int c = 0; c < 3; c++)
+		for (int i = 0; i < 20; i++) {
+			char rel[64];
+			snprintf(rel, sizeof(rel), "c%d/img%02d.jpg", c, i);
+			j = jpeg(48 + i, 40 + c * 3, TJPF_RGB, TJSAMP_420, 0, c * 100 + i, &len);
+			put(rel, j, len);
+			tjFree(j);
+		}
+	j = jpeg(64, 48, TJPF_GRAY, TJSAMP_GRAY, 0, 5, &len);
+	put("c1/gray.jpg", j, len), tjFree(j);
+	j = jpeg(64, 48, TJPF_RGB, TJSAMP_444, TJFLAG_PROGRESSIVE, 6, &len);
+	put("c1/progressive.jpg", j, len), tjFree(j);
+	j = jpeg(64, 48, TJPF_CMYK, TJSAMP_444, 0, 7, &len);
+	put("c1/cmyk.jpg", j, len), tjFree(j);
+	j = jpeg(64, 48, TJPF_RGB, TJSAMP_420, 0, 8, &len);
+	put("c1/truncated.jpg", j, len / 3);                        /* bad */
+	for (unsigned long k = 2; k + 9 < len; k++)
+		if (j[k] == 0xFF && j[k + 1] == 0xC0) {
+			j[k + 5] = 0xEA, j[k + 6] = 0x60, j[k + 7] = 0xEA, j[k + 8] = 0x60;
+			break;
+		}
+	put("c1/huge.jpg", j, len), tjFree(j);                     /* bad: 60000 x 60000 */
+	put("c1/png.jpg", "\x89PNG\r\n\x1a\n\0\0\0\rIHDR", 16);    /* bad */
+	put("c1/empty.jpg", "", 0);                                 /* bad */
+	base = open(dir, O_RDONLY | O_DIRECTORY);
+	return 4;
+}
+
+static ssize_t read_file(void *ctx, const char *rel, void **buf, size_t *cap)
+{
+	int fd = openat(*(int *)ctx, rel, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	ssize_t n;
+
+	if (fd < 0)
+		return -errno;
+	fstat(fd, &st);
+	if ((size_t)st.st_size + 1 > *cap) {
+		*cap = (size_t)st.st_size + 1;
+		*buf = realloc(*buf, *cap);
+	}
+	n = pread(fd, *buf, (size_t)st.st_size, 0);
+	close(fd);
+	return n;
+}
+
+static void on_bad(void *ctx, const char *rel, int err)
+{
+	(void)ctx, (void)rel, (void)err;
+	__atomic_add_fetch(&bad_calls, 1, __ATOMIC_RELAXED);
+}
+
+static struct group *mkgroup(const char *spec, uint64_t mem, double timeout)
+{
+	struct prep_spec sp;
+	struct folder *f;
+	struct group *g;
+	char err[256];
+	struct group_io io = { .ctx = &base, .read_file = read_file, .bad = on_bad };
+	struct group_opts o = { .threads = 2, .mem = mem, .timeout_s = timeout, .wait_s = 20 };
+
+	cr_assert_eq(spec_parse(spec, strlen(spec), &sp, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(folder_scan(base, "", &f, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(group_new(&sp, f, &io, &o, &g, err, sizeof(err)), 0, "%s", err);
+	return g;
+}
+
+/* Reads batch (E, I) whole, in 4 KiB pieces; returns its bytes (malloc). */
+static uint8_t *read_batch(struct group *g, uint32_t e, uint64_t i, size_t *len)
+{
+	struct group_reader *r;
+	size_t n = group_batch_bytes(g, i), off = 0;
+	uint8_t *buf = malloc(n);
+	ssize_t got;
+
+	cr_assert_eq(group_open(g, e, i, &r), 0);
+	while ((got = group_read(r, (off_t)off, 4096, buf + off)) > 0)
+		off += (size_t)got;
+	cr_assert_eq(got, 0, "read error %zd", got);
+	group_close(r);
+	cr_assert_eq(off, n);
+	*len = n;
+	return buf;
+}
+
+struct consumer {
+	struct group *g;
+	uint32_t epochs;
+	uint64_t hash[2][16];
+};
+
+static void *consume(void *arg)
+{
+	struct consumer *c = arg;
+
+	for (uint32_t e = 0; e < c->epochs; e++)
+		for (uint64_t i = 0; i < group_batches(c->g); i++) {
+			size_t n;
+			uint8_t *b = read_batch(c->g, e, i, &n);
+			c->hash[e][i] = XXH3_64bits(b, n);
+			free(b);
+		}
+	return NULL;
+}
+
+static void done(void)
+{
+	close(base);
+	th_rmrf(dir);
+	free(dir);
+}
+
+TestSuite(group, .fini = done);
+
+Test(group, k_consumers_share_every_batch)
+{
+	int nbad = tree();
+	struct group *g = mkgroup("batch=8\nsize=32\njobs=3\nepochs=2\nseed=5\n", 4 * (128 + 32 + 8 * 32 * 32 * 3), 60);
+	struct consumer c[3];
+	pthread_t t[3];
+	struct group_stats s;
+	uint64_t nb = group_batches(g);
+
+	cr_assert_eq(nb, 9);                        /* 67 samples / 8, last one short */
+	for (int k = 0; k < 3; k++) {
+		c[k] = (struct consumer){ .g = g, .epochs = 2 };
+		pthread_create(&t[k], NULL, consume, &c[k]);
+	}
+	for (int k = 0; k < 3; k++)
+		pthread_join(t[k], NULL);
+	for (int k = 1; k < 3; k++)
+		cr_expect(!memcmp(c[0].hash, c[k].hash, sizeof(c[0].hash)), "consumer %d saw other bytes", k);
+	cr_expect(memcmp(c[0].hash[0], c[0].hash[1], 9 * 8), "epochs 0 and 1 are the same");
+	group_get_stats(g, &s);
+	cr_expect_eq(s.produced, 18);
+	cr_expect_eq(s.regenerated, 0);
+	cr_expect_eq(s.freed, 18);
+	cr_expect_eq(s.images, 2 * 67);
+	cr_expect_eq(s.bad_samples, 2 * (uint64_t)nbad, "bad %llu", (unsigned long long)s.bad_samples);
+	cr_expect_eq(bad_calls, nbad, "each bad file reported once, got %d", bad_calls);
+	cr_expect_eq(s.staged_bytes, 0);
+	size_t one = group_batch_bytes(g, 0);
+	cr_expect(s.staged_peak <= 4 * one + 3 * one, "peak %llu", (unsigned long long)s.staged_peak);
+	cr_expect(s.cpu_ns > 0 && s.readers == 0 && s.dropped == 0);
+
+	/* A late reader: batch (0, 2) was freed; it is made again, bit for bit. */
+	size_t n;
+	uint8_t *b = read_batch(g, 0, 2, &n);
+	cr_expect_eq(XXH3_64bits(b, n), c[0].hash[0][2]);
+	free(b);
+	group_get_stats(g, &s);
+	cr_expect_eq(s.regenerated, 1);
+	cr_expect_eq(s.staged_bytes, 0, "the regenerated batch was not freed");
+	struct group_reader *r;
+	cr_expect_eq(group_open(g, 2, 0, &r), -ENOENT);
+	cr_expect_eq(group_open(g, 0, 9, &r), -ENOENT);
+	group_free(g);
+}
+
+Test(group, labels_follow_imagefolder_and_bytes_follow_the_spec)
+{
+	tree();
+	struct group *g = mkgroup("batch=8\nsize=32\nseed=5\nepochs=2\n", 1 << 20, 60);
+	struct group *h = mkgroup("batch=8\nsize=32\nseed=5\nepochs=2\n", 1 << 20, 60);
+	struct group *o = mkgroup("batch=8\nsize=32\nseed=6\nepochs=2\n", 1 << 20, 60);
+	struct folder *f;
+	char err[256];
+	uint32_t order[67];
+	size_t n1, n2, n3;
+
+	cr_assert_eq(folder_scan(base, "", &f, err, sizeof(err)), 0);
+	batch_order(5, 1, 67, order);
+	uint8_t *a = read_batch(g, 1, 3, &n1), *b = read_batch(h, 1, 3, &n2), *c = read_batch(o, 1, 3, &n3);
+	cr_expect(n1 == n2 && !memcmp(a, b, n1), "same spec, different bytes");
+	cr_expect(memcmp(a, c, n1), "different seeds, same bytes");
+	struct batch_header hd;
+	memcpy(&hd, a, sizeof(hd));
+	cr_expect(!memcmp(hd.magic, "EPBATCH1", 8) && hd.n == 8 && hd.epoch == 1 && hd.index == 3 && hd.first == 24);
+	const int32_t *lab = (const int32_t *)(a + hd.labels_offset);
+	for (int i = 0; i < 8; i++)
+		cr_expect_eq(lab[i], folder_label(f, order[24 + i]), "label %d", i);
+	/* The last batch is short: 67 = 8 * 8 + 3. */
+	free(a);
+	a = read_batch(g, 0, 8, &n1);
+	memcpy(&hd, a, sizeof(hd));
+	cr_expect(hd.n == 3 && hd.total_bytes == n1);
+	free(a), free(b), free(c);
+	folder_free(f);
+	group_free(g), group_free(h), group_free(o);
+}
+
+Test(group, a_dead_consumer_does_not_stall_the_others)
+{
+	tree();
+	size_t one = 128 + 32 + 8 * 32 * 32 * 3;
+	/* Three consumers expected, two come; room for two batches. */
+	struct group *g = mkgroup("batch=8\nsize=32\njobs=3\nepochs=2\n", 2 * one, 0.3);
+	struct consumer c[2];
+	pthread_t t[2];
+	struct group_stats s;
+
+	for (int k = 0; k < 2; k++) {
+		c[k] = (struct consumer){ .g = g, .epochs = 2 };
+		pthread_create(&t[k], NULL, consume, &c[k]);
+	}
+	for (int k = 0; k < 2; k++)
+		pthread_join(t[k], NULL);
+	cr_expect(!memcmp(c[0].hash, c[1].hash, sizeof(c[0].hash)));
+	group_get_stats(g, &s);
+	cr_expect_eq(s.dropped, 1);
+	cr_expect_eq(s.jobs, 2);
+	group_free(g);
+}
+
+Test(group, drop_last_and_too_few_samples)
+{
+	struct prep_spec sp;
+	struct folder *f;
+	struct group *g;
+	char err[256];
+	struct group_io io = { .ctx = &base, .read_file = read_file };
+	struct group_opts o = { .threads = 1, .mem = 1 << 20 };
+
+	tree();
+	g = mkgroup("batch=8\ndrop_last=1\n", 1 << 20, 60);
+	cr_expect_eq(group_batches(g), 8);
+	group_free(g);
+	cr_assert_eq(spec_parse("batch=100\ndrop_last=1", 21, &sp, err, sizeof(err)), 0);
+	cr_assert_eq(folder_scan(base, "", &f, err, sizeof(err)), 0);
+	cr_expect_eq(group_new(&sp, f, &io, &o, &g, err, sizeof(err)), -EINVAL);
+	cr_expect(strstr(err, "67 samples make no batch of 100"), "%s", err);
+}
