@@ -1,6 +1,7 @@
 /* core.c - see core.h. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,7 @@
 #include "options.h"
 #include "watch.h"
 
-#define CORE_MAX_SAMPLES 64
+#define CORE_MAX_SAMPLES 96
 
 static int core_render(void *arg, enum control_file f, char *buf, size_t len)
 {
@@ -51,6 +52,28 @@ static int cache_setup(struct core *c, const struct core_opts *o)
 		log_error("cannot reserve a cache of %llu bytes: %s", (unsigned long long)cap,
 			  strerror(-err));
 	return err;
+}
+
+static ssize_t prep_read_file(void *ctx, const char *rel, void **buf, size_t *cap)
+{
+	return core_read_file(ctx, rel, buf, cap);
+}
+
+static int prep_scan(void *ctx, const char *rel, struct folder **out, char *err, size_t errlen)
+{
+	return folder_scan(((struct core *)ctx)->rootfd, rel, out, err, errlen);
+}
+
+/* .prep/: groups read images through the core (and so the RAM cache). */
+static int prep_setup(struct core *c, const struct core_opts *o)
+{
+	struct prepdir_io io = { .ctx = c, .read_file = prep_read_file, .scan = prep_scan };
+	struct group_opts go = { .threads = o->prep_threads, .mem = o->prep_mem,
+				 .timeout_s = o->prep_timeout };
+
+	if (!go.mem)
+		go.mem = options_ram_bytes() / 100 * OPTIONS_DEFAULT_PREP_MEM_PERCENT;
+	return prepdir_new(&io, &go, &c->prep);
 }
 
 int core_open(const struct core_opts *o, struct core **out)
@@ -92,6 +115,8 @@ int core_open(const struct core_opts *o, struct core **out)
 		goto fail;
 	err = cache_setup(c, o);
 	if (err < 0)
+		goto fail;
+	if (o->prep && (err = prep_setup(c, o)) < 0)
 		goto fail;
 	*out = c;
 	return 0;
@@ -154,6 +179,7 @@ void core_close(struct core *c)
 {
 	if (!c)
 		return;
+	prepdir_free(c->prep);      /* its groups read through the core: first */
 	watch_stop(c->watch);
 	maint_stop(c->maint);
 	storage_free(c->st);
@@ -491,6 +517,70 @@ void core_read(struct core *c, uint32_t id, uint32_t gen, off_t off, size_t len,
 		read_item(c, id, &a, off, len, 0, done, arg);
 }
 
+/* A core_read() waited for on the calling thread. */
+struct sync_read {
+	pthread_mutex_t m;
+	pthread_cond_t cv;
+	int done;
+	ssize_t res;
+	char *dst;
+};
+
+static void sync_done(void *arg, ssize_t res, const void *buf)
+{
+	struct sync_read *w = arg;
+
+	if (res > 0)
+		memcpy(w->dst, buf, (size_t)res);
+	pthread_mutex_lock(&w->m);
+	w->res = res;
+	w->done = 1;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->m);
+}
+
+ssize_t core_read_file(struct core *c, const char *rel, void **buf, size_t *cap)
+{
+	char path[4096], *save = NULL, *tok;
+	uint32_t id = INDEX_ROOT;
+	struct index_attr a;
+	size_t got = 0;
+
+	if (strlen(rel) >= sizeof(path))
+		return -ENAMETOOLONG;
+	strcpy(path, rel);
+	for (tok = strtok_r(path, "/", &save); tok; tok = strtok_r(NULL, "/", &save))
+		if (strcmp(tok, ".") && !(id = index_lookup(c->ix, id, tok)))
+			return -ENOENT;
+	if (index_get(c->ix, id, &a) < 0 || a.gone)
+		return -ENOENT;
+	if (!S_ISREG(a.mode))
+		return S_ISDIR(a.mode) ? -EISDIR : -ENOENT;
+	if (a.v.size + 1 > *cap) {
+		void *q = realloc(*buf, a.v.size + 1);
+		if (!q)
+			return -ENOMEM;
+		*buf = q;
+		*cap = a.v.size + 1;
+	}
+	while (got < a.v.size) {
+		struct sync_read w = { .m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER,
+				       .dst = (char *)*buf + got };
+		size_t want = a.v.size - got < (8u << 20) ? a.v.size - got : (8u << 20);
+		core_read(c, id, a.gen, (off_t)got, want, sync_done, &w);
+		pthread_mutex_lock(&w.m);
+		while (!w.done)
+			pthread_cond_wait(&w.cv, &w.m);
+		pthread_mutex_unlock(&w.m);
+		if (w.res < 0)
+			return w.res;
+		if (w.res == 0)
+			break;              /* shrank under us: the version check says why next time */
+		got += (size_t)w.res;
+	}
+	return (ssize_t)got;
+}
+
 int core_debug_fd(struct core *c)
 {
 	return maint_command_fd(c->maint);
@@ -532,8 +622,25 @@ int core_samples(struct core *c, struct sample *out, int max)
 	COUNTER("cache_scrubbed_bytes", "Bytes the background scrubber re-checked", cs.scrubbed_bytes);
 	COUNTER("cache_scrub_passes", "Full passes of the scrubber over the cache", cs.scrub_passes);
 	GAUGE("cache_prefaulted_bytes", "Arena bytes made resident ahead of the fill", cs.prefaulted);
+	struct group_stats ps = { 0 };
+	uint64_t groups = 0;
+	if (c->prep)
+		prepdir_stats(c->prep, &ps, &groups);
+	GAUGE("prep_groups", "Prep groups declared in .prep/", groups);
+	COUNTER("prep_batches_produced", "Batches made (first time)", ps.produced);
+	COUNTER("prep_batches_regenerated", "Batches made again after they were freed", ps.regenerated);
+	COUNTER("prep_batches_freed", "Batches freed once their consumers read them", ps.freed);
+	COUNTER("prep_served_bytes", "Batch bytes read by consumers", ps.served_bytes);
+	COUNTER("prep_images", "Images decoded and augmented", ps.images);
+	COUNTER("prep_bad_samples", "Images replaced by a substitute (corrupt, not JPEG, too large)", ps.bad_samples);
+	GAUGE("prep_staged_bytes", "Bytes of made batches held in memory", ps.staged_bytes);
+	GAUGE("prep_consumers", "Batch files open now", ps.readers);
+	COUNTER("prep_consumers_dropped", "Consumers given up on after stalling", ps.dropped);
 #undef GAUGE
 #undef COUNTER
+	if (n < max)
+		out[n++] = (struct sample){ .name = "prep_cpu_seconds", .help = "CPU seconds spent making batches",
+					    .kind = SAMPLE_COUNTER, .is_float = 1, .d = ps.cpu_ns / 1e9 };
 	n += stats_samples(&c->stats, out + n, max - n);
 	if (n < max)
 		out[n++] = (struct sample){ .name = "uptime_s", .help = "Seconds since mount",

@@ -17,6 +17,7 @@
 #include "control.h"
 #include "index.h"
 #include "maint.h"
+#include "prepdir.h"
 #include "source.h"
 #include "stats.h"
 #include "storage.h"
@@ -36,6 +37,10 @@ struct core_opts {
 	uint64_t scrub_rate;        /* bytes/s the scrubber re-checks; 0: none */
 	uint64_t prefault_window;   /* arena bytes kept resident ahead of the fill; 0: none */
 	int keep_source_cache;      /* leave SOURCE's page cache alone after reads */
+	int prep;                   /* serve .prep/ */
+	uint64_t prep_mem;          /* bytes of made batches per group; 0: default */
+	unsigned prep_threads;      /* workers per group; 0: one per CPU */
+	double prep_timeout;        /* seconds before a stalled consumer is dropped */
 };
 
 struct core {
@@ -47,6 +52,7 @@ struct core {
 	struct watch *watch;
 	struct cache *cache;        /* NULL: no RAM cache */
 	struct maint *maint;        /* the cache's background thread; NULL: none */
+	struct prepdir *prep;       /* .prep/; NULL with --no-prep */
 	struct source sources[CORE_MAX_SOURCES];    /* tried in order; storage last */
 	int nsources;
 	uint32_t chunk;
@@ -87,6 +93,13 @@ typedef void (*core_read_fn)(void *arg, ssize_t res, const void *buf);
  * is called exactly once, on this thread or the storage completion thread. */
 void core_read(struct core *c, uint32_t id, uint32_t gen, off_t off, size_t len,
 	       core_read_fn done, void *arg);
+
+/* Reads the whole regular file REL (a path below SOURCE, as the index knows
+ * it) through core_read(), so the RAM cache serves and admits it, and
+ * waits for the bytes: for threads that may block (prep workers). *BUF is
+ * grown with realloc (*CAP its size). The length, or -ENOENT (no such file
+ * in the index), -EISDIR, -ESTALE (changed), -EIO, -ENOMEM. */
+ssize_t core_read_file(struct core *c, const char *rel, void **buf, size_t *cap);
 
 /* All samples (counters and gauges) shown in .epochfs/; returns how many. */
 int core_samples(struct core *c, struct sample *out, int max);

@@ -87,7 +87,7 @@ int main(int argc, char **argv)
 	struct ops_config oc = {
 		.mountpoint = o.mountpoint, .fuse_opts = o.fuse_opts, .log_file = o.log_file,
 		.timeout = o.timeout, .threads = o.threads, .foreground = o.foreground,
-		.debug = o.debug, .handle_open = o.handle_open,
+		.debug = o.debug, .handle_open = o.handle_open, .read_only = !o.prep,
 	};
 	if (ops_session_new(&oc, &sess) < 0) {
 		log_error("invalid mount options: %s", o.fuse_opts[0] ? o.fuse_opts : "(none)");
@@ -98,7 +98,8 @@ int main(int argc, char **argv)
 		.source = o.source, .scan_threads = o.scan_threads, .progress = 1, .watch = o.watch,
 		.cache_default = !o.cache_size_set, .cache_size = o.cache_size,
 		.cache_chunk = o.cache_chunk, .verify = o.verify, .scrub_rate = o.scrub_rate,
-		.prefault_window = o.prefault_window,
+		.prefault_window = o.prefault_window, .prep = o.prep, .prep_mem = o.prep_mem,
+		.prep_threads = o.prep_threads, .prep_timeout = o.prep_timeout,
 		.keep_source_cache = o.keep_source_cache,
 	};
 	if (core_open(&co, &core) < 0) {

@@ -11,8 +11,12 @@
  *   kernel's dentry so the next lookup sees the new generation.
  * - Reads are asynchronous: the handler queues the read in the core and
  *   returns; the reply is sent from the storage completion thread.
- * - The mount is "ro" (the kernel refuses writes before they reach us) and
- *   every write-type operation answers EROFS as well.
+ * - Every write-type operation answers EROFS, except the spec files of
+ *   .prep/ (fs/prepdir.h). So the mount is "ro" only with --no-prep; without
+ *   it, an open for writing succeeds (the kernel opens files itself in no-open
+ *   mode) and the first write or truncate fails.
+ * - .epochfs/ and .prep/ nodes carry CONTROL_NODE_BIT; prep nodes also carry
+ *   PREPDIR_NODE_BIT, so every handler asks prepdir_is_node() first.
  */
 #define FUSE_USE_VERSION 312
 #include <errno.h>
@@ -88,6 +92,28 @@ static void fill_control_stat(struct stat *st, const struct control_attr *a)
 	st->st_gid = getgid();
 }
 
+static void fill_prep_stat(struct stat *st, const struct prepdir_attr *a)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = a->node & 0xffffffffffffull;
+	st->st_mode = a->is_dir ? S_IFDIR | 0755 : S_IFREG | (a->writable ? 0644 : 0444);
+	st->st_nlink = a->is_dir ? 2 : 1;
+	st->st_size = (off_t)a->size;
+	st->st_blksize = 128 * 1024;
+	st->st_blocks = (blkcnt_t)((a->size + 511) / 512);
+	st->st_uid = getuid();
+	st->st_gid = getgid();
+}
+
+/* Replies to a lookup (or create) of a .prep/ node: timeouts 0, since groups
+ * come and go and every batch lookup is a new consumer (prepdir.h). */
+static void prep_entry(const struct prepdir_attr *a, struct fuse_entry_param *e)
+{
+	memset(e, 0, sizeof(*e));
+	e->ino = a->node;
+	fill_prep_stat(&e->attr, a);
+}
+
 /* Fills E for index entry A, with the mount's timeouts. */
 static void entry_of(struct ops_session *s, const struct index_attr *a, struct fuse_entry_param *e)
 {
@@ -117,6 +143,11 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 
 	if (conn->capable & FUSE_CAP_CACHE_SYMLINKS)
 		conn->want |= FUSE_CAP_CACHE_SYMLINKS;
+	/* Atomic O_TRUNC hands truncation to OPEN, which no-open mode never
+	 * sends: the kernel would zero its own idea of the size and tell no
+	 * one. Without it an O_TRUNC open sends SETATTR, which answers EROFS
+	 * (or truncates a .prep/ spec). */
+	conn->want &= ~FUSE_CAP_ATOMIC_O_TRUNC;
 	s->no_opendir = (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT) != 0;
 	if (!(conn->capable & FUSE_CAP_NO_OPEN_SUPPORT) && !s->cfg.handle_open) {
 		log_warn("the kernel cannot skip open(); every open costs a round trip");
@@ -133,6 +164,24 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	uint32_t id;
 
 	stats_add(&s->c->stats, STAT_LOOKUPS, 1);
+	if (prepdir_is_node(parent)) {
+		struct prepdir_attr pa;
+		int err = prepdir_lookup(s->c->prep, parent, name, &pa);
+		if (err) {
+			fuse_reply_err(req, -err);
+			return;
+		}
+		prep_entry(&pa, &e);
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	if (parent == FUSE_ROOT_ID && s->c->prep && !strcmp(name, PREPDIR_NAME)) {
+		struct prepdir_attr pa = { .node = PREPDIR_DIR_NODE, .is_dir = 1, .writable = 1 };
+		prep_entry(&pa, &e);
+		e.attr_timeout = e.entry_timeout = s->cfg.timeout;
+		fuse_reply_entry(req, &e);
+		return;
+	}
 	if (control_is_node(parent)) {
 		struct control_attr ca;
 		int err = control_lookup(s->c->ctl, parent, name, &ca);
@@ -168,19 +217,26 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	fuse_reply_entry(req, &e);
 }
 
+static void forget_one(struct ops_session *s, fuse_ino_t ino, uint64_t nlookup)
+{
+	if (prepdir_is_node(ino))
+		prepdir_forget(s->c->prep, ino, nlookup);
+	else if (control_is_node(ino))
+		control_forget(s->c->ctl, ino, nlookup);
+}
+
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
-	/* Index entries live as long as the mount; only snapshots are freed. */
-	if (control_is_node(ino))
-		control_forget(S(req)->c->ctl, ino, nlookup);
+	/* Index entries live as long as the mount; snapshots and batch readers
+	 * are freed. */
+	forget_one(S(req), ino, nlookup);
 	fuse_reply_none(req);
 }
 
 static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *list)
 {
 	for (size_t i = 0; i < count; i++)
-		if (control_is_node(list[i].ino))
-			control_forget(S(req)->c->ctl, list[i].ino, list[i].nlookup);
+		forget_one(S(req), list[i].ino, list[i].nlookup);
 	fuse_reply_none(req);
 }
 
@@ -192,6 +248,17 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	int err;
 
 	(void)fi;
+	if (prepdir_is_node(ino)) {
+		struct prepdir_attr pa;
+		err = prepdir_getattr(s->c->prep, ino, &pa);
+		if (err) {
+			fuse_reply_err(req, -err);
+			return;
+		}
+		fill_prep_stat(&st, &pa);
+		fuse_reply_attr(req, &st, 0);
+		return;
+	}
 	if (control_is_node(ino)) {
 		struct control_attr ca;
 		err = control_getattr(s->c->ctl, ino, &ca);
@@ -256,7 +323,8 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 		fuse_reply_err(req, errno);
 		return;
 	}
-	sv.f_flag |= ST_RDONLY;
+	if (S(req)->cfg.read_only)
+		sv.f_flag |= ST_RDONLY;
 	fuse_reply_statfs(req, &sv);
 }
 
@@ -277,7 +345,13 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 
 static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 {
-	(void)ino;
+	struct prepdir_attr pa;
+
+	if ((mask & W_OK) && prepdir_is_node(ino) &&
+	    prepdir_getattr(S(req)->c->prep, ino, &pa) == 0 && pa.writable) {
+		fuse_reply_err(req, 0);     /* .prep/ itself and its spec files */
+		return;
+	}
 	fuse_reply_err(req, (mask & W_OK) ? EROFS : 0);
 }
 
@@ -293,6 +367,19 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		/* Valid replies: ENOSYS here makes the kernel stop sending OPEN
 		 * (and RELEASE) for good; it keeps the page cache by default. */
 		fuse_reply_err(req, ENOSYS);
+		return;
+	}
+	if (prepdir_is_node(ino)) {
+		struct prepdir_attr pa;
+		err = prepdir_getattr(s->c->prep, ino, &pa);
+		if (!err && (fi->flags & O_ACCMODE) != O_RDONLY && !pa.writable)
+			err = -EROFS;
+		if (err) {
+			fuse_reply_err(req, -err);
+			return;
+		}
+		fi->direct_io = 1;
+		fuse_reply_open(req, fi);
 		return;
 	}
 	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
@@ -332,7 +419,10 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	(void)fi;
 	if (control_is_node(ino)) {
 		char *buf = malloc(size ? size : 1);
-		ssize_t n = buf ? control_read(s->c->ctl, ino, buf, size, off) : -ENOMEM;
+		/* A batch read may wait here for its batch to be made. */
+		ssize_t n = !buf ? -ENOMEM
+			  : prepdir_is_node(ino) ? prepdir_read(s->c->prep, ino, buf, size, off)
+			  : control_read(s->c->ctl, ino, buf, size, off);
 		if (n < 0)
 			fuse_reply_err(req, (int)-n);
 		else
@@ -347,7 +437,11 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	(void)ino, (void)fi;
+	(void)fi;
+	/* Files the kernel opened through us: --open mode, and .prep/ specs
+	 * made with create(). A spec written and closed is committed. */
+	if (prepdir_is_node(ino))
+		prepdir_release(S(req)->c->prep, ino);
 	fuse_reply_err(req, 0);
 }
 
@@ -371,6 +465,47 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 	fuse_reply_err(req, 0);
 }
 
+/* .prep/ and its group and epoch directories: names only (e.ino 0, so a
+ * listing opens no batch reader). Offsets as below. */
+static void prep_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, int plus)
+{
+	struct ops_session *s = S(req);
+	struct prepdir_attr pa;
+	char *buf, name[300];
+	size_t used = 0;
+	int err = prepdir_getattr(s->c->prep, ino, &pa);
+
+	if (!err && !pa.is_dir)
+		err = -ENOTDIR;
+	if (err || !(buf = malloc(size))) {
+		fuse_reply_err(req, err ? -err : ENOMEM);
+		return;
+	}
+	for (off_t pos = off;; pos++) {
+		struct fuse_entry_param e;
+		const char *nm;
+		int is_dir = 1;
+		size_t n;
+
+		memset(&e, 0, sizeof(e));
+		if (pos < 2)
+			nm = pos == 0 ? "." : "..";
+		else if (!(nm = prepdir_dirent(s->c->prep, ino, (uint64_t)(pos - 2), &is_dir, name, sizeof(name))))
+			break;
+		e.attr.st_mode = is_dir ? S_IFDIR | 0755 : S_IFREG | 0444;
+		e.attr.st_ino = (fuse_ino_t)(pos + 1);
+		if (plus)
+			n = fuse_add_direntry_plus(req, buf + used, size - used, nm, &e, pos + 1);
+		else
+			n = fuse_add_direntry(req, buf + used, size - used, nm, &e.attr, pos + 1);
+		if (n > size - used)
+			break;
+		used += n;
+	}
+	fuse_reply_buf(req, buf, used);
+	free(buf);
+}
+
 /* Offsets: 1 is ".", 2 is "..", child at position P is P + 3. */
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, int plus)
 {
@@ -381,6 +516,10 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, i
 	size_t used = 0;
 	int err = 0;
 
+	if (prepdir_is_node(ino)) {
+		prep_readdir(req, ino, size, off, plus);
+		return;
+	}
 	if (control_is_node(ino)) {
 		if (ino != CONTROL_DIR_NODE) {
 			fuse_reply_err(req, ENOTDIR);
@@ -454,7 +593,7 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
 	do_readdir(req, ino, size, off, 1);
 }
 
-/* ---- everything that would write: EROFS ---- */
+/* ---- everything that would write: EROFS, but for .prep/ specs ---- */
 
 static void erofs(fuse_req_t req)
 {
@@ -464,8 +603,34 @@ static void erofs(fuse_req_t req)
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		       struct fuse_file_info *fi)
 {
-	(void)ino, (void)attr, (void)to_set, (void)fi;
-	erofs(req);
+	struct ops_session *s = S(req);
+	struct prepdir_attr pa;
+	struct stat st;
+	int err;
+
+	(void)fi;
+	if (!prepdir_is_node(ino)) {
+		erofs(req);
+		return;
+	}
+	/* A spec opened with O_TRUNC: truncate what was written; the times a
+	 * shell sets alongside are accepted and ignored. */
+	if (to_set & ~(FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_CTIME |
+		       FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW)) {
+		erofs(req);
+		return;
+	}
+	err = (to_set & FUSE_SET_ATTR_SIZE) ? prepdir_truncate(s->c->prep, ino, attr->st_size) : 0;
+	if (!err)
+		err = prepdir_getattr(s->c->prep, ino, &pa);
+	if (!err && !pa.writable)
+		err = -EROFS;
+	if (err) {
+		fuse_reply_err(req, -err);
+		return;
+	}
+	fill_prep_stat(&st, &pa);
+	fuse_reply_attr(req, &st, 0);
 }
 
 static void op_mknod(fuse_req_t req, fuse_ino_t p, const char *n, mode_t m, dev_t d)
@@ -481,6 +646,14 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t p, const char *n, mode_t m)
 }
 
 static void op_unlink(fuse_req_t req, fuse_ino_t p, const char *n)
+{
+	if (prepdir_is_node(p))
+		fuse_reply_err(req, -prepdir_unlink(S(req)->c->prep, p, n));
+	else
+		erofs(req);
+}
+
+static void op_rmdir(fuse_req_t req, fuse_ino_t p, const char *n)
 {
 	(void)p, (void)n;
 	erofs(req);
@@ -508,15 +681,41 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t np, const char *n
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *b, size_t sz, off_t off,
 		     struct fuse_file_info *fi)
 {
-	(void)ino, (void)b, (void)sz, (void)off, (void)fi;
-	erofs(req);
+	ssize_t n;
+
+	(void)fi;
+	if (!prepdir_is_node(ino)) {
+		erofs(req);
+		return;
+	}
+	/* Valid replies: write, or err (EINVAL: a refused spec, see NAME.error). */
+	n = prepdir_write(S(req)->c->prep, ino, b, sz, off);
+	if (n < 0)
+		fuse_reply_err(req, (int)-n);
+	else
+		fuse_reply_write(req, (size_t)n);
 }
 
 static void op_create(fuse_req_t req, fuse_ino_t p, const char *n, mode_t m,
 		      struct fuse_file_info *fi)
 {
-	(void)p, (void)n, (void)m, (void)fi;
-	erofs(req);
+	struct fuse_entry_param e;
+	struct prepdir_attr pa;
+	int err;
+
+	(void)m;
+	if (!prepdir_is_node(p)) {
+		erofs(req);
+		return;
+	}
+	err = prepdir_create(S(req)->c->prep, p, n, &pa);
+	if (err) {
+		fuse_reply_err(req, -err);
+		return;
+	}
+	prep_entry(&pa, &e);
+	fi->direct_io = 1;          /* spec text goes straight to the daemon */
+	fuse_reply_create(req, &e, fi);
 }
 
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *n, const char *v,
@@ -561,7 +760,7 @@ static const struct fuse_lowlevel_ops ops = {
 	.mknod = op_mknod,
 	.mkdir = op_mkdir,
 	.unlink = op_unlink,
-	.rmdir = op_unlink,
+	.rmdir = op_rmdir,
 	.symlink = op_symlink,
 	.rename = op_rename,
 	.link = op_link,
@@ -601,8 +800,9 @@ int ops_session_new(const struct ops_config *cfg, struct ops_session **out)
 		return -ENOMEM;
 	s->cfg = *cfg;
 	s->log_fd = -1;
-	snprintf(opts, sizeof(opts), "ro,default_permissions,fsname=epochfs,subtype=epochfs%s%s",
-		 cfg->fuse_opts && cfg->fuse_opts[0] ? "," : "", cfg->fuse_opts ? cfg->fuse_opts : "");
+	snprintf(opts, sizeof(opts), "%sdefault_permissions,fsname=epochfs,subtype=epochfs%s%s",
+		 cfg->read_only ? "ro," : "", cfg->fuse_opts && cfg->fuse_opts[0] ? "," : "",
+		 cfg->fuse_opts ? cfg->fuse_opts : "");
 	if (fuse_opt_add_arg(&args, "epochfs") || fuse_opt_add_arg(&args, "-o") ||
 	    fuse_opt_add_arg(&args, opts) || (cfg->debug && fuse_opt_add_arg(&args, "-d"))) {
 		fuse_opt_free_args(&args);

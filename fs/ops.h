@@ -20,6 +20,7 @@ struct ops_config {
 	unsigned threads;
 	int foreground, debug;
 	int handle_open;
+	int read_only;              /* mount "ro": no .prep/ to write specs to */
 };
 
 struct ops_session;

@@ -10,7 +10,8 @@
 
 enum {
 	OPT_THREADS = 256, OPT_SCAN_THREADS, OPT_TIMEOUT, OPT_NO_WATCH, OPT_OPEN, OPT_LOG,
-	OPT_CACHE_SIZE, OPT_CACHE_CHUNK, OPT_VERIFY, OPT_SCRUB_RATE, OPT_KEEP_SOURCE_CACHE, OPT_PREFAULT,
+	OPT_CACHE_SIZE, OPT_CACHE_CHUNK, OPT_VERIFY, OPT_SCRUB_RATE, OPT_KEEP_SOURCE_CACHE, OPT_PREFAULT, OPT_NO_PREP, OPT_PREP_MEM,
+	OPT_PREP_THREADS, OPT_PREP_TIMEOUT,
 };
 
 static const struct option longopts[] = {
@@ -30,6 +31,10 @@ static const struct option longopts[] = {
 	{ "scrub-rate", required_argument, NULL, OPT_SCRUB_RATE },
 	{ "keep-source-cache", no_argument, NULL, OPT_KEEP_SOURCE_CACHE },
 	{ "prefault", required_argument, NULL, OPT_PREFAULT },
+	{ "no-prep", no_argument, NULL, OPT_NO_PREP },
+	{ "prep-mem", required_argument, NULL, OPT_PREP_MEM },
+	{ "prep-threads", required_argument, NULL, OPT_PREP_THREADS },
+	{ "prep-timeout", required_argument, NULL, OPT_PREP_TIMEOUT },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -66,11 +71,17 @@ void options_usage(void *fp, const char *prog)
 		"      --prefault SIZE  make the cache's memory resident in the background,\n"
 		"                       at most SIZE ahead of the fill (default: all the\n"
 		"                       dataset needs, right after the mount; 0 off)\n"
+		"      --prep-mem SIZE  memory for made batches, per prep group (K/M/G/T or\n"
+		"                       N%% of RAM; default %u%%)\n"
+		"      --prep-threads N decode/augment threads per prep group (default: CPUs)\n"
+		"      --prep-timeout SEC drop a consumer that stalls this long (default %u)\n"
+		"      --no-prep        no .prep/ directory; the mount is then read-only\n"
 		"      --keep-source-cache  leave what the daemon reads in SOURCE's page cache\n"
 		"                       (default: drop it; the RAM cache holds the copy)\n"
 		"  -h, --help           print this help\n"
 		"  -V, --version        print the version\n",
-		prog, OPTIONS_DEFAULT_THREADS, OPTIONS_DEFAULT_TIMEOUT, OPTIONS_DEFAULT_CACHE_PERCENT);
+		prog, OPTIONS_DEFAULT_THREADS, OPTIONS_DEFAULT_TIMEOUT, OPTIONS_DEFAULT_CACHE_PERCENT,
+		OPTIONS_DEFAULT_PREP_MEM_PERCENT, OPTIONS_DEFAULT_PREP_TIMEOUT);
 }
 
 int options_parse_uint(const char *s, unsigned min, unsigned max, unsigned *out)
@@ -159,6 +170,8 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 	o->cache_chunk = OPTIONS_DEFAULT_CACHE_CHUNK;
 	o->scrub_rate = OPTIONS_DEFAULT_SCRUB_RATE;
 	o->prefault_window = OPTIONS_DEFAULT_PREFAULT;
+	o->prep = 1;
+	o->prep_timeout = OPTIONS_DEFAULT_PREP_TIMEOUT;
 	err[0] = '\0';
 	optind = 0;                 /* full re-initialisation, so tests can call us again */
 	opterr = 0;
@@ -231,6 +244,21 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 		case OPT_PREFAULT:
 			if (options_parse_size(optarg, 0, &o->prefault_window))
 				FAIL("--prefault %s: expected a size with K/M/G/T", optarg);
+			break;
+		case OPT_NO_PREP:
+			o->prep = 0;
+			break;
+		case OPT_PREP_MEM:
+			if (options_parse_size(optarg, options_ram_bytes(), &o->prep_mem) || !o->prep_mem)
+				FAIL("--prep-mem %s: expected bytes with K/M/G/T, or N%% of RAM", optarg);
+			break;
+		case OPT_PREP_THREADS:
+			if (options_parse_uint(optarg, 1, 1024, &o->prep_threads))
+				FAIL("--prep-threads %s: expected a number from 1 to 1024", optarg);
+			break;
+		case OPT_PREP_TIMEOUT:
+			if (options_parse_uint(optarg, 1, 86400 * 7, &o->prep_timeout))
+				FAIL("--prep-timeout %s: expected seconds, 1 or more", optarg);
 			break;
 		case OPT_KEEP_SOURCE_CACHE:
 			o->keep_source_cache = 1;

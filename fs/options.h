@@ -27,6 +27,10 @@ struct options {
 	int verify;                 /* re-check every cache hit's checksum */
 	uint64_t scrub_rate;        /* scrubber bytes per second; 0: off */
 	uint64_t prefault_window;   /* cache bytes resident ahead of the fill; 0: off */
+	int prep;                   /* serve .prep/ (off: --no-prep, and the mount is ro) */
+	uint64_t prep_mem;          /* bytes of made batches per group; 0: default */
+	unsigned prep_threads;      /* 0: one per CPU */
+	unsigned prep_timeout;      /* seconds */
 	int keep_source_cache;      /* do not drop SOURCE's page cache after reads */
 	int help, version;
 };
@@ -37,6 +41,8 @@ struct options {
 #define OPTIONS_DEFAULT_CACHE_CHUNK (256u << 10)   /* docs/design.md: chunk size */
 #define OPTIONS_DEFAULT_SCRUB_RATE (32ull << 20)
 #define OPTIONS_DEFAULT_PREFAULT UINT64_MAX   /* the whole budget the data can fill */
+#define OPTIONS_DEFAULT_PREP_MEM_PERCENT 10u
+#define OPTIONS_DEFAULT_PREP_TIMEOUT 120u
 
 /* Returns 0, or -EINVAL with a one-line reason (no program name, no
  * newline) in ERR. With -h/-V it returns 0 and sets help/version; SOURCE

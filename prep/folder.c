@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "folder.h"
+#include "path.h"
 
 struct pool {
 	char *p;
@@ -158,9 +159,9 @@ static int walk(int base, const char *path, struct wdir **w, size_t *nw, size_t 
 
 	if (depth > 64)
 		return 0;               /* deeper trees are not datasets; stop quietly */
-	d = openat(base, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	d = path_open_beneath(base, path, O_RDONLY | O_DIRECTORY);
 	if (d < 0)
-		return -errno;
+		return d;
 	err = list_dir(d, &dirs, &nd, &files, &nf);
 	if (err) {
 		free_names(dirs, nd);
@@ -228,9 +229,9 @@ int folder_scan(int base, const char *rel, struct folder **out, char *err, size_
 	err[0] = '\0';
 	if (!f)
 		return -ENOMEM;
-	d = openat(base, root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	d = path_open_beneath(base, root, O_RDONLY | O_DIRECTORY);
 	if (d < 0) {
-		ret = -errno;
+		ret = d;
 		snprintf(err, errlen, "root %s: %s", root, strerror(-ret));
 		goto fail;
 	}
