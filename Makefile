@@ -42,7 +42,7 @@ CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o) $(PREP_SRC:%.c=$(BUILD)/%.o)
 CORE_LIB := $(BUILD)/libepochfs.a
 
 DAEMON := $(BUILD)/epochfs
-TOOLS := $(BUILD)/epochfs-gen $(BUILD)/epochfs-bench $(BUILD)/epochfs-stat
+TOOLS := $(BUILD)/epochfs-gen $(BUILD)/epochfs-bench $(BUILD)/epochfs-stat $(BUILD)/epochfs-prep
 TOOL_OBJ := $(BUILD)/tools/mstats.o
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
@@ -78,10 +78,18 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(TOOL_OBJ) $(CORE_LIB)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) -lcriterion
 
+# Helpers the integration tests run (not installed tools).
+TEST_HELPERS := $(BUILD)/tests/mkjpeg
+
+$(BUILD)/tests/mkjpeg: $(BUILD)/tests/integration/mkjpeg.o
+	$(call say,LINK,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
 unit: $(UNIT_BIN)
 	$(Q)set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t --timeout 60 -j2; done
 
-integration: all
+integration: all $(TEST_HELPERS)
 	$(Q)BUILD=$(BUILD) bash tests/integration/run.sh
 
 test: unit integration

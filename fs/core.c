@@ -634,6 +634,7 @@ int core_samples(struct core *c, struct sample *out, int max)
 	COUNTER("prep_images", "Images decoded and augmented", ps.images);
 	COUNTER("prep_bad_samples", "Images replaced by a substitute (corrupt, not JPEG, too large)", ps.bad_samples);
 	GAUGE("prep_staged_bytes", "Bytes of made batches held in memory", ps.staged_bytes);
+	GAUGE("prep_staged_peak_bytes", "Most bytes of made batches held at once (sum over groups)", ps.staged_peak);
 	GAUGE("prep_consumers", "Batch files open now", ps.readers);
 	COUNTER("prep_consumers_dropped", "Consumers given up on after stalling", ps.dropped);
 #undef GAUGE

@@ -417,12 +417,15 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct ops_session *s = S(req);
 
 	(void)fi;
+	if (prepdir_is_node(ino)) {
+		/* Valid replies: buf or err, from read_done(), maybe later on a
+		 * prep worker once the batch is made. */
+		prepdir_read(s->c->prep, ino, size, off, read_done, req);
+		return;
+	}
 	if (control_is_node(ino)) {
 		char *buf = malloc(size ? size : 1);
-		/* A batch read may wait here for its batch to be made. */
-		ssize_t n = !buf ? -ENOMEM
-			  : prepdir_is_node(ino) ? prepdir_read(s->c->prep, ino, buf, size, off)
-			  : control_read(s->c->ctl, ino, buf, size, off);
+		ssize_t n = buf ? control_read(s->c->ctl, ino, buf, size, off) : -ENOMEM;
 		if (n < 0)
 			fuse_reply_err(req, (int)-n);
 		else

@@ -8,10 +8,10 @@
  *   write of its spec) scans its root and starts its workers while holding
  *   the prepdir lock: rare, and it makes k jobs declaring the same group at
  *   once simple (the second sees the first's group).
- * - Batch reads block the FUSE thread that asked until the batch is made;
- *   a consumer waits for nothing else anyway. A reader whose node has read
- *   the whole batch is closed at once (the kernel may keep the node for a
- *   long time); a later re-read opens a new one.
+ * - Batch reads never block the FUSE thread: a read of a batch not made yet
+ *   is queued in the group and answered by the worker that makes it. A
+ *   node's reader is closed when the kernel forgets the node; the batch's
+ *   pixels are freed long before, once its consumers have read it.
  */
 #include <errno.h>
 #include <limits.h>
@@ -53,8 +53,10 @@ struct rnode {
 	uint16_t gen;
 	uint32_t epoch;
 	uint64_t index;
-	size_t size, copied;
-	struct group_reader *r;             /* NULL once read whole */
+	size_t size;
+	struct group_reader *r;             /* NULL once its group ended */
+	unsigned inflight;                  /* reads not answered yet */
+	int forgotten;                      /* free when the last read ends */
 	struct rnode *next;
 };
 
@@ -294,54 +296,69 @@ static ssize_t copy_text(const char *text, size_t n, void *buf, size_t len, off_
 	return (ssize_t)len;
 }
 
-ssize_t prepdir_read(struct prepdir *pd, uint64_t node, void *buf, size_t len, off_t off)
-{
-	ssize_t ret;
+/* One batch read in flight: counted on its node, so a group is not ended
+ * under it and a forgotten node is not freed under it. */
+struct pread {
+	struct prepdir *pd;
+	struct rnode *r;
+	group_read_fn fn;
+	void *arg;
+};
 
+static void unlink_rnode(struct prepdir *pd, struct rnode *r)
+{
+	for (struct rnode **p = &pd->readers[PAYLOAD(r->node) % READER_BUCKETS]; *p; p = &(*p)->next)
+		if (*p == r) {
+			*p = r->next;
+			break;
+		}
+	group_close(r->r);
+	free(r);
+}
+
+static void pread_done(void *arg, ssize_t res, const void *buf)
+{
+	struct pread *p = arg;
+	struct prepdir *pd = p->pd;
+	struct rnode *r = p->r;
+
+	p->fn(p->arg, res, buf);
+	pthread_mutex_lock(&pd->lock);
+	if (--r->inflight == 0 && r->forgotten)
+		unlink_rnode(pd, r);
+	pthread_mutex_unlock(&pd->lock);
+	free(p);
+}
+
+void prepdir_read(struct prepdir *pd, uint64_t node, size_t len, off_t off, group_read_fn fn, void *arg)
+{
 	pthread_mutex_lock(&pd->lock);
 	struct slot *s = slot_of(pd, node);
 	if (KIND(node) == K_SPEC || KIND(node) == K_ERROR) {
-		if (!s)
-			ret = -ENOENT;
-		else if (KIND(node) == K_ERROR)
-			ret = copy_text(s->error, strlen(s->error), buf, len, off);
-		else if (s->g)
-			ret = copy_text(s->spec, s->spec_len, buf, len, off);
-		else
-			ret = copy_text(s->wbuf, s->wlen, buf, len, off);
+		char text[SPEC_MAX_BYTES + 1];
+		ssize_t n = -ENOENT;
+		size_t max = len < sizeof(text) ? len : sizeof(text);
+		if (s && KIND(node) == K_ERROR)
+			n = copy_text(s->error, strlen(s->error), text, max, off);
+		else if (s)
+			n = s->g ? copy_text(s->spec, s->spec_len, text, max, off)
+				 : copy_text(s->wbuf, s->wlen, text, max, off);
 		pthread_mutex_unlock(&pd->lock);
-		return ret;
+		fn(arg, n, text);
+		return;
 	}
 	struct rnode *r = KIND(node) == K_BATCH ? reader_find(pd, node) : NULL;
-	if (!r || !s || !s->g) {
+	struct pread *p = r && r->r ? malloc(sizeof(*p)) : NULL;
+	if (!p) {
 		pthread_mutex_unlock(&pd->lock);
-		return KIND(node) == K_BATCH ? -ENOENT : -EISDIR;
+		fn(arg, KIND(node) != K_BATCH ? -EISDIR : r && r->r ? -ENOMEM : -ENOENT, NULL);
+		return;
 	}
-	if (!r->r) {                        /* read again after reading it whole */
-		ret = group_open(s->g, r->epoch, r->index, &r->r);
-		if (ret < 0) {
-			pthread_mutex_unlock(&pd->lock);
-			return ret;
-		}
-		r->copied = 0;
-	}
+	*p = (struct pread){ .pd = pd, .r = r, .fn = fn, .arg = arg };
+	r->inflight++;
 	struct group_reader *gr = r->r;
-	r->r = NULL;                        /* ours while we read outside the lock */
 	pthread_mutex_unlock(&pd->lock);
-
-	ret = group_read(gr, off, len, buf);
-
-	pthread_mutex_lock(&pd->lock);
-	r = reader_find(pd, node);          /* the node cannot be forgotten mid-read */
-	if (ret > 0)
-		r->copied += (size_t)ret;
-	if (r->copied >= r->size || r->r) {
-		group_close(gr);                /* done with it (or a racing read reopened one) */
-	} else {
-		r->r = gr;
-	}
-	pthread_mutex_unlock(&pd->lock);
-	return ret;
+	group_read_async(gr, off, len, pread_done, p);
 }
 
 int prepdir_create(struct prepdir *pd, uint64_t parent, const char *name, struct prepdir_attr *a)
@@ -525,16 +542,26 @@ int prepdir_unlink(struct prepdir *pd, uint64_t parent, const char *name)
 		goto out;
 	}
 	if (is_spec) {
-		struct group_stats st;
 		if (!s->g) {
 			ret = -ENOENT;
 			goto out;
 		}
-		group_get_stats(s->g, &st);
-		if (st.readers) {
-			ret = -EBUSY;
+		/* Readers the kernel has not forgotten yet are closed here (their
+		 * nodes answer ENOENT from now on); a read still in flight is the
+		 * one reason to refuse. */
+		unsigned idx = (unsigned)(s - pd->slots);
+		for (unsigned bk = 0; bk < READER_BUCKETS && !ret; bk++)
+			for (struct rnode *r = pd->readers[bk]; r; r = r->next)
+				if (r->slot == idx && r->gen == s->gen && r->inflight)
+					ret = -EBUSY;
+		if (ret)
 			goto out;
-		}
+		for (unsigned bk = 0; bk < READER_BUCKETS; bk++)
+			for (struct rnode *r = pd->readers[bk]; r; r = r->next)
+				if (r->slot == idx && r->gen == s->gen) {
+					group_close(r->r);
+					r->r = NULL;
+				}
 		group_free(s->g);
 		s->g = NULL;
 		s->error[0] = '\0';        /* its complaints end with it */
@@ -557,18 +584,15 @@ void prepdir_forget(struct prepdir *pd, uint64_t node, uint64_t nlookup)
 	if (KIND(node) != K_BATCH)
 		return;
 	pthread_mutex_lock(&pd->lock);
-	for (struct rnode **p = &pd->readers[PAYLOAD(node) % READER_BUCKETS]; *p; p = &(*p)->next) {
-		struct rnode *r = *p;
-		if (r->node != node)
-			continue;
-		if (r->nlookup > nlookup) {
-			r->nlookup -= nlookup;
-			break;
-		}
-		*p = r->next;
-		group_close(r->r);
-		free(r);
-		break;
+	struct rnode *r = reader_find(pd, node);
+	if (r && r->nlookup > nlookup) {
+		r->nlookup -= nlookup;
+	} else if (r) {
+		/* A reply can reach the kernel, and the kernel forget the node,
+		 * before the read that sent it has unwound here. */
+		r->forgotten = 1;
+		if (!r->inflight)
+			unlink_rnode(pd, r);
 	}
 	pthread_mutex_unlock(&pd->lock);
 }

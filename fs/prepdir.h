@@ -14,8 +14,9 @@
  * lands in NAME.error then, and .prep/NAME does not appear. Writing the
  * spec of a running group again is fine (so each of the k jobs of a search
  * can simply declare the group it wants); a different spec is not applied,
- * and NAME.error says so. unlink(NAME.spec) ends a group (EBUSY while a
- * batch is open).
+ * and NAME.error says so. unlink(NAME.spec) ends a group (EBUSY only while
+ * a batch read is in flight; batch nodes the kernel still holds answer
+ * ENOENT afterwards).
  *
  * Consumers: every lookup of a batch file gives a new node, with timeouts
  * of 0, so each open() is one consumer's stream with a page cache of its
@@ -74,7 +75,10 @@ void prepdir_free(struct prepdir *pd);
 
 int prepdir_lookup(struct prepdir *pd, uint64_t parent, const char *name, struct prepdir_attr *a);
 int prepdir_getattr(struct prepdir *pd, uint64_t node, struct prepdir_attr *a);
-ssize_t prepdir_read(struct prepdir *pd, uint64_t node, void *buf, size_t len, off_t off);
+/* Reads LEN bytes at OFF of NODE. FN runs once with the bytes (valid only
+ * during the call) or -errno: now, or for a batch not made yet, later on a
+ * prep worker thread; the caller's thread never waits for a batch. */
+void prepdir_read(struct prepdir *pd, uint64_t node, size_t len, off_t off, group_read_fn fn, void *arg);
 /* Creates NAME.spec in .prep (to be written): 0 and *A, -EROFS for any
  * other name, -ENOSPC with PREPDIR_MAX_GROUPS names in use. */
 int prepdir_create(struct prepdir *pd, uint64_t parent, const char *name, struct prepdir_attr *a);

@@ -11,8 +11,12 @@
  *   makes progress). Consumers that read in order therefore always
  *   progress: the memory they wait for is held by batches the others will
  *   read, or by a dead consumer's, which the timeout frees.
- * - Readers copy outside the lock with the slot pinned; a free asked for
- *   while pins remain happens when the last pin goes.
+ * - Reads never wait on a thread: a read of a batch not made yet is queued
+ *   on its slot and answered by the worker that makes it (a FUSE adapter
+ *   has a handful of threads; blocking them on batches deadlocked three
+ *   consumers whose batches needed memory that others' unread batches held).
+ * - Readers are served outside the lock with the slot pinned; a free asked
+ *   for while pins remain happens when the last pin goes.
  * - A batch made again (regen) is freed as soon as the reader that asked
  *   has it all, or when its last reader closes: its other consumers read
  *   it the first time round.
@@ -31,7 +35,19 @@
 
 enum { B_QUEUED, B_MAKING, B_READY, B_EMPTY };
 
+/* A read waiting for its batch to be made. */
+struct gwait {
+	struct group_reader *r;
+	off_t off;
+	size_t len;
+	double since;
+	group_read_fn fn;
+	void *arg;
+	struct gwait *next;
+};
+
 struct gbatch {
+	struct gwait *waiters;      /* reads queued until READY */
 	uint64_t seq;               /* epoch * batches + index */
 	int state;
 	int regen;                  /* made before: count it as regenerated */
@@ -73,7 +89,7 @@ struct group {
 	struct group_stats st;
 	int stop;
 	pthread_mutex_t lock;       /* everything above */
-	pthread_cond_t work, ready;
+	pthread_cond_t work;
 	pthread_t *th;
 	unsigned nth;
 };
@@ -118,6 +134,16 @@ static struct gbatch *find(struct group *g, uint64_t seq)
 	return NULL;
 }
 
+static void unlink_slot(struct group *g, struct gbatch *b);
+
+/* Drops slot B once nothing refers to it: no reader, no pin, no pixels.
+ * Lock held. */
+static void maybe_unlink(struct group *g, struct gbatch *b)
+{
+	if (!b->readers && !b->pins && b->state == B_EMPTY && !b->waiters)
+		unlink_slot(g, b);
+}
+
 static void unlink_slot(struct group *g, struct gbatch *b)
 {
 	for (struct gbatch **p = &g->list; *p; p = &(*p)->next)
@@ -143,9 +169,8 @@ static void release(struct group *g, struct gbatch *b)
 	b->state = B_EMPTY;
 	g->st.staged_bytes -= b->len;
 	g->st.freed++;
-	if (!b->readers)
-		unlink_slot(g, b);
 	pthread_cond_broadcast(&g->work);
+	maybe_unlink(g, b);
 }
 
 static struct gbatch *new_slot(struct group *g, uint64_t seq, int state)
@@ -185,6 +210,25 @@ static int fits(const struct group *g, size_t len)
 	return !g->st.staged_bytes || g->st.staged_bytes + len <= g->o.mem;
 }
 
+/* Makes room for a batch a reader waits for by freeing batches made ahead
+ * that no one has started to read, the furthest ahead first: a reader's
+ * wait outranks speculation (they are made again if wanted; CPU, never
+ * correctness). True once LEN fits. Lock held. */
+static int evict_speculative(struct group *g, size_t len)
+{
+	while (!fits(g, len)) {
+		struct gbatch *far = NULL;
+		for (struct gbatch *b = g->list; b; b = b->next)
+			if (b->state == B_READY && !b->done && !b->readers && !b->pins && !b->waiters &&
+			    (!far || b->seq > far->seq))
+				far = b;
+		if (!far)
+			return 0;
+		release(g, far);
+	}
+	return 1;
+}
+
 /* The next slot to make, marked MAKING, or NULL: nothing to do, or (with
  * *BLOCKED set) no memory for it until consumers free some. Batches a
  * reader waits for go first; then the next one in order not made yet. Both
@@ -194,7 +238,7 @@ static struct gbatch *pick(struct group *g, int *blocked)
 	*blocked = 0;
 	for (struct gbatch *b = g->list; b; b = b->next)
 		if (b->state == B_QUEUED) {
-			if (fits(g, b->len))
+			if (fits(g, b->len) || evict_speculative(g, b->len))
 				return take(g, b);
 			*blocked = 1;
 			return NULL;
@@ -256,6 +300,77 @@ static int order_slice(struct group *g, uint32_t epoch, uint64_t index, uint32_t
 	return 0;
 }
 
+/* Serves W from READY batch B. The reader's share is counted before FN
+ * runs: once FN has answered, the reader may be closed at any moment (a
+ * FUSE reply lets the kernel forget its node). The pin alone keeps the
+ * pixels until FN is done with them. Lock held on entry and on return. */
+static void serve(struct group *g, struct gbatch *b, struct gwait *w)
+{
+	struct group_reader *r = w->r;
+	size_t n = b->len - (size_t)w->off < w->len ? b->len - (size_t)w->off : w->len;
+	const uint8_t *data = b->data;
+
+	b->pins++;
+	b->touched = now();
+	g->st.served_bytes += n;
+	r->copied += n;
+	if (!r->counted && r->copied >= b->len) {
+		r->counted = 1;
+		/* A batch made again serves whoever asked for it: no waiting for
+		 * other consumers, who read it the first time. */
+		if (++b->done >= g->jobs || b->regen)
+			b->want_free = 1;
+	}
+	pthread_mutex_unlock(&g->lock);
+	w->fn(w->arg, (ssize_t)n, data + w->off);
+	pthread_mutex_lock(&g->lock);
+	if (--b->pins == 0 && b->want_free)
+		release(g, b);          /* may drop the slot: B is not used after */
+	else if (!b->pins)
+		maybe_unlink(g, b);
+}
+
+/* B just became READY: answers its queued reads. Lock held. */
+static void wake(struct group *g, struct gbatch *b)
+{
+	struct gwait *w = b->waiters;
+
+	b->waiters = NULL;
+	b->pins++;                  /* keep it while we go through the list */
+	while (w) {
+		struct gwait *next = w->next;
+		serve(g, b, w);
+		free(w);
+		w = next;
+	}
+	b->pins--;
+	if (b->want_free && !b->pins)
+		release(g, b);
+	else
+		maybe_unlink(g, b);
+}
+
+/* Fails queued reads older than wait_s (or all, when STOPPING). Lock held. */
+static void expire(struct group *g, int stopping)
+{
+	double t = now();
+
+	for (struct gbatch *b = g->list; b; b = b->next)
+		for (struct gwait **p = &b->waiters; *p;) {
+			struct gwait *w = *p;
+			if (!stopping && t - w->since < g->o.wait_s) {
+				p = &w->next;
+				continue;
+			}
+			*p = w->next;
+			pthread_mutex_unlock(&g->lock);
+			w->fn(w->arg, stopping ? -ESHUTDOWN : -ETIMEDOUT, NULL);
+			pthread_mutex_lock(&g->lock);
+			free(w);
+			p = &b->waiters;    /* the list may have changed meanwhile */
+		}
+}
+
 static void *worker(void *arg)
 {
 	struct group *g = arg;
@@ -272,6 +387,7 @@ static void *worker(void *arg)
 		if (!b) {
 			if (blocked)
 				drop_stalled(g);
+			expire(g, 0);
 			deadline(&ts, 0.1);
 			pthread_cond_timedwait(&g->work, &g->lock, &ts);
 			continue;
@@ -331,7 +447,7 @@ static void *worker(void *arg)
 		b->data = data;
 		b->state = B_READY;
 		b->touched = now();
-		pthread_cond_broadcast(&g->ready);
+		wake(g, b);
 	}
 	pthread_mutex_unlock(&g->lock);
 	batch_worker_free(&w);
@@ -381,7 +497,6 @@ int group_new(const struct prep_spec *sp, struct folder *f, const struct group_i
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&g->work, &ca);
-	pthread_cond_init(&g->ready, &ca);
 	pthread_condattr_destroy(&ca);
 	if (!g->bad_seen || !g->made || !g->th) {
 		g->nth = 0;
@@ -406,8 +521,8 @@ void group_free(struct group *g)
 		return;
 	pthread_mutex_lock(&g->lock);
 	g->stop = 1;
+	expire(g, 1);
 	pthread_cond_broadcast(&g->work);
-	pthread_cond_broadcast(&g->ready);
 	pthread_mutex_unlock(&g->lock);
 	for (unsigned i = 0; i < g->nth; i++)
 		pthread_join(g->th[i], NULL);
@@ -421,7 +536,6 @@ void group_free(struct group *g)
 		free(g->orders[i].v);
 	pthread_mutex_destroy(&g->lock);
 	pthread_cond_destroy(&g->work);
-	pthread_cond_destroy(&g->ready);
 	folder_free(g->f);
 	free(g->bad_seen);
 	free(g->made);
@@ -478,57 +592,76 @@ int group_open(struct group *g, uint32_t epoch, uint64_t index, struct group_rea
 	return 0;
 }
 
-ssize_t group_read(struct group_reader *r, off_t off, size_t len, void *buf)
+void group_read_async(struct group_reader *r, off_t off, size_t len, group_read_fn fn, void *arg)
 {
 	struct group *g = r->g;
 	struct gbatch *b = r->b;
-	struct timespec ts;
 
-	if (off < 0)
-		return -EINVAL;
 	/* The end is known without the pixels: a read there must not ask for
 	 * a batch its own consumer may just have finished, and freed. */
-	if ((uint64_t)off >= b->len || !len)
-		return 0;
-	deadline(&ts, g->o.wait_s);
-	pthread_mutex_lock(&g->lock);
-	while (b->state != B_READY) {
-		if (g->stop) {
-			pthread_mutex_unlock(&g->lock);
-			return -ESHUTDOWN;
-		}
-		if (b->state == B_EMPTY) {      /* freed under us: make it again */
-			b->state = B_QUEUED;
-			pthread_cond_broadcast(&g->work);
-		}
-		if (pthread_cond_timedwait(&g->ready, &g->lock, &ts) == ETIMEDOUT && b->state != B_READY) {
-			pthread_mutex_unlock(&g->lock);
-			return -ETIMEDOUT;
-		}
+	if (off < 0 || (uint64_t)off >= b->len || !len) {
+		fn(arg, off < 0 ? -EINVAL : 0, NULL);
+		return;
 	}
-	size_t n = b->len - (size_t)off < len ? b->len - (size_t)off : len;
-	const uint8_t *data = b->data;
-	b->pins++;
-	b->touched = now();
-	pthread_mutex_unlock(&g->lock);
-
-	memcpy(buf, data + off, n);
-
 	pthread_mutex_lock(&g->lock);
-	b->pins--;
-	g->st.served_bytes += n;
-	r->copied += n;
-	if (!r->counted && r->copied >= b->len) {
-		r->counted = 1;
-		/* A batch made again serves whoever asked for it: no waiting for
-		 * other consumers, who read it the first time. */
-		if (++b->done >= g->jobs || b->regen)
-			b->want_free = 1;
+	if (g->stop) {
+		pthread_mutex_unlock(&g->lock);
+		fn(arg, -ESHUTDOWN, NULL);
+		return;
 	}
-	if (b->want_free && !b->pins)
-		release(g, b);
+	if (b->state == B_READY) {
+		struct gwait w = { .r = r, .off = off, .len = len, .fn = fn, .arg = arg };
+		serve(g, b, &w);
+		pthread_mutex_unlock(&g->lock);
+		return;
+	}
+	struct gwait *w = malloc(sizeof(*w));
+	if (!w) {
+		pthread_mutex_unlock(&g->lock);
+		fn(arg, -ENOMEM, NULL);
+		return;
+	}
+	*w = (struct gwait){ .r = r, .off = off, .len = len, .since = now(), .fn = fn, .arg = arg,
+			     .next = b->waiters };
+	b->waiters = w;
+	if (b->state == B_EMPTY) {          /* freed under us: make it again */
+		b->state = B_QUEUED;
+		pthread_cond_broadcast(&g->work);
+	}
 	pthread_mutex_unlock(&g->lock);
-	return (ssize_t)n;
+}
+
+struct sync_wait {
+	pthread_mutex_t m;
+	pthread_cond_t cv;
+	int done;
+	ssize_t res;
+	void *buf;
+};
+
+static void sync_cb(void *arg, ssize_t res, const void *buf)
+{
+	struct sync_wait *w = arg;
+
+	if (res > 0)
+		memcpy(w->buf, buf, (size_t)res);
+	pthread_mutex_lock(&w->m);
+	w->res = res;
+	w->done = 1;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->m);
+}
+
+ssize_t group_read(struct group_reader *r, off_t off, size_t len, void *buf)
+{
+	struct sync_wait w = { .m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .buf = buf };
+
+	group_read_async(r, off, len, sync_cb, &w);
+	pthread_mutex_lock(&w.m);
+	while (!w.done)
+		pthread_cond_wait(&w.cv, &w.m);
+	pthread_mutex_unlock(&w.m);
+	return w.res;
 }
 
 void group_close(struct group_reader *r)
@@ -541,10 +674,10 @@ void group_close(struct group_reader *r)
 	pthread_mutex_lock(&g->lock);
 	g->st.readers--;
 	if (--r->b->readers == 0) {
-		if (r->b->state == B_EMPTY)
-			unlink_slot(g, r->b);
-		else if (r->b->state == B_READY && r->b->regen)
+		if (r->b->state == B_READY && r->b->regen && !r->b->pins)
 			release(g, r->b);   /* nobody else is coming for it */
+		else
+			maybe_unlink(g, r->b);
 	}
 	pthread_mutex_unlock(&g->lock);
 	free(r);

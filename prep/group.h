@@ -72,7 +72,8 @@ struct group_stats {
  * -ENOMEM, or a thread error. */
 int group_new(const struct prep_spec *sp, struct folder *f, const struct group_io *io,
 	      const struct group_opts *o, struct group **out, char *err, size_t errlen);
-/* Stops the workers and frees everything; no reader may be open. */
+/* Stops the workers, fails reads still waiting (-ESHUTDOWN) and frees
+ * everything; every reader must be closed first. */
 void group_free(struct group *g);
 
 const struct prep_spec *group_spec(const struct group *g);
@@ -84,10 +85,21 @@ void group_get_stats(struct group *g, struct group_stats *s);
 /* Begins one consumer's read of batch INDEX of EPOCH. 0, -ENOENT (no such
  * batch), -ENOMEM. Does not wait. */
 int group_open(struct group *g, uint32_t epoch, uint64_t index, struct group_reader **r);
-/* Copies up to LEN bytes at OFF of the batch into BUF, waiting for it to be
- * made. Bytes copied (0 past the end), or -ETIMEDOUT, -ENOMEM, -ESHUTDOWN
- * (the group is stopping). When a reader has copied every byte, its
- * consumer counts as done with the batch. */
+/* Called once per group_read_async(): RES bytes at BUF (valid only during
+ * the call), or -ETIMEDOUT, -ENOMEM, -ESHUTDOWN (the group is stopping). */
+typedef void (*group_read_fn)(void *arg, ssize_t res, const void *buf);
+
+/* Reads up to LEN bytes at OFF of the batch. If it is made, FN runs now, on
+ * this thread; otherwise the read waits in a queue, FN runs on the worker
+ * thread that makes the batch, and this call returns at once: a read never
+ * holds a thread while it waits (the FUSE adapter's threads are few). When
+ * a reader has read every byte, its consumer counts as done with the batch.
+ * Reads on one reader may overlap; it must not be closed while one is in
+ * flight. */
+void group_read_async(struct group_reader *r, off_t off, size_t len, group_read_fn fn, void *arg);
+
+/* The same, waiting on this thread: bytes copied into BUF (0 past the end)
+ * or -errno. */
 ssize_t group_read(struct group_reader *r, off_t off, size_t len, void *buf);
 void group_close(struct group_reader *r);
 

@@ -1,0 +1,112 @@
+# Coordinated prep on a real mount: a group declared with epochfs-prep is
+# read by 3 consumers at once, who all get the same bytes; every batch is
+# made once; labels follow ImageFolder; memory stays under --prep-mem; the
+# same spec gives the same bytes after a remount; a dead consumer does not
+# stall the others; bad specs and bad images are refused or substituted
+# with clear messages, never a crash.
+. "$(dirname "$0")/lib.sh"
+EP_ALLOWED_STDERR='prep: '
+PREP=$ROOT/$BUILD/epochfs-prep
+MKJPEG=$ROOT/$BUILD/tests/mkjpeg
+CHECK="python3 $ROOT/tests/integration/prep_check.py"
+export ROOT
+"$GEN" "$T/src" --files 150 --classes 5 --seed 11 2>/dev/null || fail "gen"
+m=$T/mnt
+one=$((128 + 64 + 16 * 32 * 32 * 3))       # a batch of 16 at 32x32, uint8
+mount_ep "$T/src" "$m" --prep-mem $((3 * one)) --prep-timeout 2
+
+out=$("$PREP" "$m" g --batch 16 --size 32 --jobs 3 --epochs 2 --seed 7) || fail "epochfs-prep: $out"
+echo "$out" | grep -q "group g: 2 epochs of 10 batches of 16, 32x32 uint8 NCHW, for 3 consumers" || fail "prep said: $out"
+[ "$(ls "$m/.prep")" = "$(printf 'g\ng.spec')" ] || fail ".prep lists: $(ls "$m/.prep")"
+ls -a "$m" | grep -q '^\.prep$' && fail ".prep shows in the root's listing"
+pids=""
+for k in 1 2 3; do $CHECK consume "$m" g 2 > "$T/c$k" & pids="$pids $!"; done
+for p in $pids; do wait "$p" || fail "a consumer failed"; done
+[ "$(wc -l < "$T/c1")" = 20 ] || fail "consumer 1 read $(wc -l < "$T/c1") batches"
+cmp -s "$T/c1" "$T/c2" && cmp -s "$T/c1" "$T/c3" || fail "consumers saw different batches"
+read -r made regen freed imgs bad peak <<< "$(stat_of "$m" prep_batches_produced) $(stat_of "$m" prep_batches_regenerated) \
+	$(stat_of "$m" prep_batches_freed) $(stat_of "$m" prep_images) $(stat_of "$m" prep_bad_samples) $(stat_of "$m" prep_staged_peak_bytes)"
+[ "$made/$regen/$freed/$imgs/$bad" = "20/0/20/300/0" ] || fail "made/regen/freed/images/bad: $made/$regen/$freed/$imgs/$bad"
+[ "$peak" -le $((3 * one)) ] || fail "held $peak bytes of batches, --prep-mem $((3 * one))"
+ok "3 consumers, identical bytes; 20 batches made once and freed; peak $peak <= $((3 * one)) bytes"
+$CHECK labels "$m" g "$T/src" 7 1 > /dev/null || fail "labels (epoch 1)"
+if /usr/bin/python3 -c "import torchvision" 2>/dev/null; then
+	/usr/bin/python3 - "$T/src" <<'PY' || fail "torchvision's ImageFolder disagrees with our order"
+import os, sys
+sys.path.insert(0, os.path.join(os.environ["ROOT"], "tests", "integration"))
+from prep_check import imagefolder
+from torchvision.datasets import ImageFolder
+assert ImageFolder(sys.argv[1]).samples == imagefolder(sys.argv[1])
+PY
+fi
+ok "labels follow ImageFolder's order and the epoch's permutation"
+md5=$(sed -n '14p' "$T/c1")                 # epoch 1, batch 3
+umount_ep
+
+# The same spec after a remount: the same bytes.
+mount_ep "$T/src" "$m" --prep-mem $((3 * one)) --prep-timeout 2
+"$PREP" "$m" g --batch 16 --size 32 --jobs 3 --epochs 2 --seed 7 > /dev/null || fail "re-declare"
+printf 'batch=16\nsize=32\njobs=3\nepochs=2\nseed=7\n' > "$m/.prep/g.spec" || fail "a second job declaring the same group"
+python3 - "$m" "$md5" <<'PY' || fail "bytes differ after a remount"
+import hashlib, os, sys
+sys.path.insert(0, os.path.join(os.environ["ROOT"], "tools"))
+import epochfs_prep as ep
+b = ep.read_batch(ep.batch_path(sys.argv[1], "g", 1, 3))
+assert "1 3 " + hashlib.md5(b.pixels).hexdigest() == " ".join(sys.argv[2].split()[:3]), sys.argv[2]
+PY
+ok "same spec, same bytes after a remount; declaring it again is fine"
+out=$("$PREP" "$m" g --batch 8 --size 32 2>&1) && fail "a different spec was accepted"
+echo "$out" | grep -q "already runs with another spec" || fail "different spec: $out"
+out=$("$PREP" "$m" x --batch 0 2>&1); [ $? = 2 ] || fail "--batch 0: rc"
+echo "$out" | grep -q "batch=0: expected a whole number from 1 to 65536" || fail "--batch 0: $out"
+out=$("$PREP" "$m" y --root nothere 2>&1) && fail "a missing root was accepted"
+echo "$out" | grep -q "root nothere: No such file or directory" || fail "missing root: $out"
+[ -e "$m/.prep/y" ] && fail ".prep/y exists"
+err=$(bash -c "printf 'size=7\n' > '$m/.prep/z.spec'" 2>&1) && fail "size=7 was written"
+echo "$err" | grep -q "Invalid argument" || fail "bad spec write: $err"
+grep -q "size=7: expected a side in pixels" "$m/.prep/z.error" || fail "z.error: $(cat "$m/.prep/z.error")"
+ok "bad specs: the tool and the write refuse them, with the reason in NAME.error"
+
+# A consumer that dies: three expected, two read.
+"$PREP" "$m" d --batch 16 --size 32 --jobs 3 --epochs 2 > /dev/null || fail "declare d"
+pids=""
+for k in 1 2; do $CHECK consume "$m" d 2 > "$T/d$k" & pids="$pids $!"; done
+for p in $pids; do wait "$p" || fail "a consumer of d failed"; done
+cmp -s "$T/d1" "$T/d2" && [ "$(wc -l < "$T/d1")" = 20 ] || fail "the two consumers of d"
+[ "$(stat_of "$m" prep_consumers_dropped)" -ge 1 ] || fail "no consumer was dropped"
+"$PREP" "$m" d --remove > /dev/null || fail "remove d"
+[ -e "$m/.prep/d" ] && fail "d still there"
+ok "a dead consumer is dropped after --prep-timeout; the others finish"
+umount_ep
+
+# Bad images: substitutes, counted and logged once each; good odd ones decode.
+mkdir -p "$T/b/a" "$T/b/b"
+for k in 1 2 3 4 5 6; do "$MKJPEG" rgb $((40 + k)) 37 "$T/b/a/ok$k.jpg" || fail mkjpeg; done
+"$MKJPEG" gray 50 40 "$T/b/b/gray.jpg" && "$MKJPEG" cmyk 50 40 "$T/b/b/cmyk.jpg" &&
+	"$MKJPEG" progressive 50 40 "$T/b/b/progressive.jpg" && "$MKJPEG" rgb 64 48 "$T/b/b/base.jpg" || fail mkjpeg
+head -c 300 "$T/b/b/base.jpg" > "$T/b/b/truncated.jpg"
+printf '\x89PNG\r\n\x1a\n\0\0\0\rIHDR' > "$T/b/b/png.jpg"
+: > "$T/b/b/empty.jpg"
+python3 - "$T/b/b" <<'PY'
+import os, sys
+d = sys.argv[1]
+j = bytearray(open(os.path.join(d, "base.jpg"), "rb").read())
+k = j.index(b"\xff\xc0")
+j[k + 5:k + 9] = b"\xea\x60\xea\x60"              # 60000 x 60000
+open(os.path.join(d, "huge.jpg"), "wb").write(j)
+f = bytearray(open(os.path.join(d, "base.jpg"), "rb").read())
+for i in range(200, len(f) - 2, 37):
+    f[i] ^= 0x55
+open(os.path.join(d, "flipped.jpg"), "wb").write(f)
+PY
+mount_ep "$T/b" "$m"
+"$PREP" "$m" bad --batch 4 --size 24 --epochs 2 > /dev/null || fail "declare bad"
+$CHECK consume "$m" bad 2 > "$T/bad" || fail "reading the bad group"
+nbad=$(stat_of "$m" prep_bad_samples)
+[ "$nbad" -ge 8 ] && [ "$nbad" -le 10 ] || fail "bad samples $nbad, want 2 x (4 or 5)"
+for f in truncated png empty huge; do
+	[ "$(grep -c "prep: bad: b/$f.jpg" "$T/daemon.err")" = 1 ] || fail "$f.jpg not logged exactly once: $(cat "$T/daemon.err")"
+done
+grep -qE "b/(gray|cmyk|progressive|base).jpg" "$T/daemon.err" && fail "a good image was called bad: $(cat "$T/daemon.err")"
+ok "bad images: $nbad substitutes over 2 epochs, each logged once; gray, CMYK, progressive decode"
+umount_ep

@@ -1,0 +1,147 @@
+"""Read epochfs's pre-augmented minibatches (MOUNTPOINT/.prep/NAME/...).
+
+A group of batches is declared once per hyperparameter search and read by
+every job (docs/prep.md). This module declares a group and reads its batch
+files: the standard library alone gives labels and raw pixels; with numpy
+the pixels come as an array, with torch as tensors.
+
+    import epochfs_prep as ep
+    ep.declare("/mnt/imagenet", "search1", root="train", batch=256, jobs=4,
+               epochs=90, dtype="float32")
+    for epoch in range(90):
+        for images, labels in ep.torch_batches("/mnt/imagenet", "search1", epoch):
+            ...   # images: float32 [N, 3, 224, 224], labels: int64 [N]
+
+The file format is docs/prep-format.md.
+"""
+import array
+import os
+import struct
+import sys
+
+MAGIC = b"EPBATCH1"
+# magic, version, header_bytes, n, h, w, c, dtype, layout, epoch, bad_samples,
+# index, first, seed, labels_offset, pixels_offset, pixels_bytes, total_bytes
+HEADER = struct.Struct("<8s10I7Q24x")
+assert HEADER.size == 128
+DTYPES = {0: "uint8", 1: "float32"}
+LAYOUTS = {0: "nhwc", 1: "nchw"}
+
+
+class BatchError(ValueError):
+    """A file that is not a batch this reader understands."""
+
+
+class Batch:
+    """One minibatch: header fields, int32 labels, raw pixel bytes."""
+
+    def __init__(self, data):
+        if len(data) < HEADER.size:
+            raise BatchError("%d bytes: shorter than a batch header" % len(data))
+        f = HEADER.unpack_from(data)
+        if f[0] != MAGIC:
+            raise BatchError("not a batch (magic %r)" % f[0])
+        (_, self.version, hb, self.n, self.h, self.w, self.c, dt, lay, self.epoch,
+         self.bad_samples, self.index, self.first, self.seed, lo, po, pb, total) = f
+        if self.version != 1 or hb != HEADER.size:
+            raise BatchError("batch format version %d, header %d bytes: unknown" % (self.version, hb))
+        if total != len(data) or po + pb != total or lo + 4 * self.n > po:
+            raise BatchError("inconsistent sizes: %d bytes, header says %d" % (len(data), total))
+        self.dtype, self.layout = DTYPES[dt], LAYOUTS[lay]
+        self.labels = array.array("i")
+        self.labels.frombytes(bytes(data[lo:lo + 4 * self.n]))
+        if sys.byteorder != "little":
+            self.labels.byteswap()
+        self.pixels = memoryview(data)[po:po + pb]
+
+    @property
+    def shape(self):
+        return ((self.n, self.c, self.h, self.w) if self.layout == "nchw"
+                else (self.n, self.h, self.w, self.c))
+
+    def numpy(self):
+        """(images, labels) as numpy arrays, without copying the pixels."""
+        import numpy as np
+        images = np.frombuffer(self.pixels, dtype=np.dtype(self.dtype).newbyteorder("<"))
+        return images.reshape(self.shape), np.frombuffer(self.labels.tobytes(), dtype="<i4")
+
+    def torch(self):
+        """(images, labels) as torch tensors (labels int64, as CrossEntropyLoss wants)."""
+        import torch
+        images, labels = self.numpy()
+        return torch.from_numpy(images.copy()), torch.from_numpy(labels.astype("int64"))
+
+
+def read_batch(path):
+    with open(path, "rb") as f:
+        return Batch(f.read())
+
+
+def group_dir(mount, name):
+    return os.path.join(mount, ".prep", name)
+
+
+def batch_path(mount, name, epoch, index):
+    return os.path.join(group_dir(mount, name), "epoch-%04d" % epoch, "batch-%06d" % index)
+
+
+def batches(mount, name, epoch):
+    """Every batch of EPOCH, in order."""
+    d = os.path.join(group_dir(mount, name), "epoch-%04d" % epoch)
+    for entry in sorted(os.listdir(d)):
+        yield read_batch(os.path.join(d, entry))
+
+
+def torch_batches(mount, name, epoch):
+    """(images, labels) tensors for every batch of EPOCH, in order."""
+    for b in batches(mount, name, epoch):
+        yield b.torch()
+
+
+def spec_text(**spec):
+    """key=value lines; tuples become comma lists (scale=(0.08, 1.0))."""
+    lines = []
+    for k, v in spec.items():
+        if isinstance(v, (tuple, list)):
+            v = ",".join(str(x) for x in v)
+        elif isinstance(v, bool):
+            v = int(v)
+        lines.append("%s=%s\n" % (k, v))
+    return "".join(lines)
+
+
+def declare(mount, name, **spec):
+    """Declares group NAME (or joins it, if it runs with the same spec).
+
+    Raises OSError with the daemon's reason when the spec is refused, the group
+    cannot start, or it already runs with a different spec."""
+    prep = os.path.join(mount, ".prep")
+    text = spec_text(**spec).encode()
+    try:
+        with open(os.path.join(prep, name + ".spec"), "wb", buffering=0) as f:
+            f.write(text)
+    except OSError as e:
+        raise OSError(e.errno, "%s: %s" % (name, _error(prep, name) or e.strerror)) from None
+    if not os.path.isdir(os.path.join(prep, name)):     # the lookup commits the spec
+        raise OSError(22, "%s: %s" % (name, _error(prep, name) or "group did not start"))
+    err = _error(prep, name)
+    if err:
+        raise OSError(17, "%s: %s" % (name, err))
+    return group_dir(mount, name)
+
+
+def _error(prep, name):
+    try:
+        with open(os.path.join(prep, name + ".error")) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return ""
+
+
+if __name__ == "__main__":
+    # python3 epochfs_prep.py BATCHFILE...: print each batch's header.
+    for p in sys.argv[1:]:
+        b = read_batch(p)
+        print("%s: epoch %d batch %d, %d samples %s %s %s, labels %s, %d substituted"
+              % (p, b.epoch, b.index, b.n, "x".join(map(str, b.shape)), b.dtype, b.layout,
+                 list(b.labels[:8]), b.bad_samples))
