@@ -151,7 +151,7 @@ int aug_resize(const uint8_t *src, uint32_t sw, uint32_t sh, double x0, double y
 			r1 = s->iy[2 * o] + s->iy[2 * o + 1];
 	}
 	size_t rows = (size_t)(r1 - r0);
-	if (grow((void **)&s->tmp, &s->tmp_cap, rows * dw * 3 * sizeof(float)))
+	if (grow((void **)&s->tmp, &s->tmp_cap, (rows + 1) * dw * 3 * sizeof(float)))   /* + a row of sums */
 		return -ENOMEM;
 	for (size_t r = 0; r < rows; r++) {
 		const uint8_t *in = src + ((size_t)r0 + r) * sw * 3;
@@ -171,14 +171,23 @@ int aug_resize(const uint8_t *src, uint32_t sw, uint32_t sh, double x0, double y
 			t[oo * 3 + 2] = c;
 		}
 	}
+	/* Vertical pass: whole source rows scaled into one float row, so the
+	 * innermost loop runs over contiguous memory and vectorizes. */
+	size_t rowlen = (size_t)dw * 3;
+	float *acc = s->tmp + rows * rowlen;
 	for (uint32_t o = 0; o < dh; o++) {
 		const float *w = s->wy + (size_t)o * (size_t)ty;
-		const float *base = s->tmp + (size_t)(s->iy[2 * o] - r0) * dw * 3;
-		uint8_t *out = dst + (size_t)o * dw * 3;
-		for (size_t i = 0; i < (size_t)dw * 3; i++) {
-			float v = 0;
-			for (int k = 0; k < s->iy[2 * o + 1]; k++)
-				v += w[k] * base[(size_t)k * dw * 3 + i];
+		const float *base = s->tmp + (size_t)(s->iy[2 * o] - r0) * rowlen;
+		uint8_t *out = dst + (size_t)o * rowlen;
+		for (size_t i = 0; i < rowlen; i++)
+			acc[i] = w[0] * base[i];
+		for (int k = 1; k < s->iy[2 * o + 1]; k++) {
+			const float *src_row = base + (size_t)k * rowlen, wk = w[k];
+			for (size_t i = 0; i < rowlen; i++)
+				acc[i] += wk * src_row[i];
+		}
+		for (size_t i = 0; i < rowlen; i++) {
+			float v = acc[i];
 			v = v < 0 ? 0 : v > 255 ? 255 : v;
 			out[i] = (uint8_t)(v + 0.5f);
 		}

@@ -60,21 +60,39 @@ class Batch:
                 else (self.n, self.h, self.w, self.c))
 
     def numpy(self):
-        """(images, labels) as numpy arrays, without copying the pixels."""
+        """(images, labels) as numpy arrays; the images share the batch's memory."""
         import numpy as np
         images = np.frombuffer(self.pixels, dtype=np.dtype(self.dtype).newbyteorder("<"))
         return images.reshape(self.shape), np.frombuffer(self.labels.tobytes(), dtype="<i4")
 
     def torch(self):
-        """(images, labels) as torch tensors (labels int64, as CrossEntropyLoss wants)."""
+        """(images, labels) as torch tensors (labels int64, as CrossEntropyLoss wants).
+
+        The images share the batch's memory (no copy): with read_batch(into=buf)
+        they are valid until buf is read into again."""
         import torch
         images, labels = self.numpy()
-        return torch.from_numpy(images.copy()), torch.from_numpy(labels.astype("int64"))
+        if images.flags.writeable:
+            x = torch.from_numpy(images)
+        else:
+            x = torch.from_numpy(images.copy())
+        return x, torch.from_numpy(labels.astype("int64"))
 
 
-def read_batch(path):
-    with open(path, "rb") as f:
-        return Batch(f.read())
+def read_batch(path, into=None):
+    """Reads one batch file. INTO (a bytearray) is reused when large enough, so
+    a loop over batches allocates nothing; the batch then lives in it."""
+    with open(path, "rb", buffering=0) as f:
+        size = os.fstat(f.fileno()).st_size
+        if into is None or len(into) < size:
+            into = bytearray(size)
+        view, got = memoryview(into)[:size], 0
+        while got < size:
+            n = f.readinto(view[got:])
+            if not n:
+                break
+            got += n
+    return Batch(view[:got])
 
 
 def group_dir(mount, name):
@@ -85,17 +103,26 @@ def batch_path(mount, name, epoch, index):
     return os.path.join(group_dir(mount, name), "epoch-%04d" % epoch, "batch-%06d" % index)
 
 
-def batches(mount, name, epoch):
-    """Every batch of EPOCH, in order."""
+def batches(mount, name, epoch, reuse=False):
+    """Every batch of EPOCH, in order. With REUSE, one buffer serves them all:
+    each batch is valid until the next one is read."""
     d = os.path.join(group_dir(mount, name), "epoch-%04d" % epoch)
+    buf = None
     for entry in sorted(os.listdir(d)):
-        yield read_batch(os.path.join(d, entry))
+        b = read_batch(os.path.join(d, entry), buf)
+        if reuse:
+            buf = b.pixels.obj
+        yield b
 
 
-def torch_batches(mount, name, epoch):
-    """(images, labels) tensors for every batch of EPOCH, in order."""
-    for b in batches(mount, name, epoch):
-        yield b.torch()
+def torch_batches(mount, name, epoch, reuse=True):
+    """(images, labels) tensors for every batch of EPOCH, in order. uint8 batches
+    become float32 in [0, 1] (what ToTensor gives); float32 ones come as made.
+    With REUSE (the default) the read buffer is recycled: the float tensor is
+    a fresh copy for uint8 batches; for float32 ones, copy it to keep it."""
+    for b in batches(mount, name, epoch, reuse):
+        x, y = b.torch()
+        yield (x.float().div_(255) if b.dtype == "uint8" else x), y
 
 
 def spec_text(**spec):

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# make bench part 5: coordinated prep against torchvision 0.14 (Debian's
+# python3-torchvision), on one generated ImageFolder dataset, in one run:
+#   (1) images per CPU-second: epochfs's prep workers (prep_cpu_seconds) vs
+#       torchvision's train pipeline (ImageFolder + RandomResizedCrop(224) +
+#       RandomHorizontalFlip + ToTensor) in one process with one thread.
+#       epochfs makes float32 with mean 0 and std 1, i.e. ToTensor's output.
+#   (2) K consumers of one group vs K independent torchvision pipelines:
+#       total CPU seconds (the daemon's and the K consumers' vs the K
+#       pipelines'). The group makes uint8 batches; every consumer turns each
+#       into a float32 [0, 1] tensor, as ToTensor would.
+#   (3) GB/s one consumer pulls through batch files already made.
+# Environment: PREPB_FILES (2000), PREPB_JOBS (4), PREPB_DIR (build/bench-prep).
+set -eu
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+FILES=${PREPB_FILES:-2000}
+K=${PREPB_JOBS:-4}
+DATA=${PREPB_DIR:-build/bench-prep}
+PY=/usr/bin/python3
+if ! $PY -c "import torchvision, numpy" 2>/dev/null; then
+	EPOCHFS_DEPS_EXTRA="python3-torchvision python3-numpy python3-pil" bash tools/install-deps.sh ||
+		{ echo "prep bench: needs python3-torchvision; skipped" >&2; exit 0; }
+fi
+W=$(mktemp -d /tmp/epochfs-prepbench.XXXXXX)
+EP_PID=
+cleanup() {
+	mountpoint -q "$W/mnt" 2>/dev/null && fusermount3 -uz "$W/mnt"
+	[ -n "$EP_PID" ] && kill "$EP_PID" 2>/dev/null
+	rm -rf "$W"
+}
+trap cleanup EXIT
+if [ ! -f "$DATA/.files-$FILES" ]; then
+	rm -rf "$DATA"
+	"$BUILD/epochfs-gen" "$DATA" --files "$FILES" --classes 20 --seed 5
+	touch "$DATA/.files-$FILES"
+fi
+SRC=$(realpath "$DATA")
+mkdir -p "$W/mnt"
+tar cf - -C "$SRC" . | cat > /dev/null          # both sides read warm data
+"$BUILD/epochfs" -f --prep-mem 2G "$SRC" "$W/mnt" 2>"$W/err" & EP_PID=$!
+for _ in $(seq 1000); do mountpoint -q "$W/mnt" && break; sleep 0.02; done
+stat_of() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$W/mnt/.epochfs/stats.json" "$1"; }
+daemon_cpu() { awk '{print ($14 + $15) / 100}' "/proc/$EP_PID/stat"; }
+F32="--batch 64 --dtype float32 --mean 0,0,0 --std 1,1,1"
+echo "== part 5: coordinated prep, $FILES images ($(du -sh "$SRC" | cut -f1)), $(nproc) cores"
+
+# (1) per core
+c0=$(stat_of prep_cpu_seconds)      # before declaring: workers start at once
+"$BUILD/epochfs-prep" "$W/mnt" one $F32 --jobs 1 > /dev/null
+$PY tools/bench/prep_consumer.py "$W/mnt" one 0 --raw > "$W/one.json"
+ep_cpu=$(python3 -c "print($(stat_of prep_cpu_seconds) - $c0)")
+$PY tools/bench/tv_pipeline.py "$SRC" > "$W/tv1.json"
+python3 - "$W/tv1.json" "$FILES" "$ep_cpu" <<'PY'
+import json, sys
+tv = json.load(open(sys.argv[1]))
+n, ep = int(sys.argv[2]), float(sys.argv[3])
+e, t = n / ep, tv["images"] / tv["cpu_s"]
+print("(1) images per CPU-second: epochfs prep %.0f, torchvision %.0f (%.0f images/s wall, 1 thread): %.2fx   (target >= 2x)"
+      % (e, t, tv["images"] / tv["wall_s"], e / t))
+PY
+
+# (2) K consumers of one group vs K pipelines. The group makes uint8 and each
+# consumer turns it into float32 in [0, 1], the tensor ToTensor gives: a
+# quarter of the bytes through the mount.
+d0=$(daemon_cpu)
+"$BUILD/epochfs-prep" "$W/mnt" k --batch 64 --jobs "$K" --seed 1 > /dev/null
+pids=""
+for i in $(seq "$K"); do $PY tools/bench/prep_consumer.py "$W/mnt" k 0 > "$W/k$i.json" & pids="$pids $!"; done
+for p in $pids; do wait "$p"; done
+d1=$(daemon_cpu)
+pids=""
+for i in $(seq "$K"); do $PY tools/bench/tv_pipeline.py "$SRC" > "$W/tv$i.k.json" & pids="$pids $!"; done
+for p in $pids; do wait "$p"; done
+python3 - "$W" "$K" "$d0" "$d1" "$(stat_of prep_batches_produced)" "$(stat_of prep_batches_regenerated)" <<'PY'
+import glob, json, os, sys
+w, k, d0, d1 = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+cons = [json.load(open(os.path.join(w, "k%d.json" % i))) for i in range(1, k + 1)]
+tvs = [json.load(open(f)) for f in glob.glob(os.path.join(w, "tv*.k.json"))]
+ep = (d1 - d0) + sum(c["cpu_s"] for c in cons)
+tv = sum(t["cpu_s"] for t in tvs)
+print("(2) %d jobs: epochfs %.1f CPU-s (daemon %.1f + consumers %.1f), %d independent torchvision pipelines %.1f CPU-s: %.2fx   (target <= 0.3x)"
+      % (k, ep, d1 - d0, sum(c["cpu_s"] for c in cons), k, tv, ep / tv))
+print("    batches made %s (regenerated %s) for %d consumers x %d batches read" % (sys.argv[5], sys.argv[6], k, cons[0]["batches"]))
+PY
+
+# (3) one consumer through ready batches
+p0=$(stat_of prep_batches_produced)
+"$BUILD/epochfs-prep" "$W/mnt" ready --batch 64 --jobs 1 --seed 2 > /dev/null
+nb=$(ls "$W/mnt/.prep/ready/epoch-0000" | wc -l)
+for _ in $(seq 3000); do [ $(($(stat_of prep_batches_produced) - p0)) -ge "$nb" ] && break; sleep 0.05; done
+$PY tools/bench/prep_consumer.py "$W/mnt" ready 0 --raw > "$W/ready.json"
+python3 - "$W/ready.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("(3) one consumer through made batches: %.2f GB/s (%d batches, %.0f MB, uint8 NCHW)"
+      % (r["bytes"] / r["wall_s"] / 1e9, r["batches"], r["bytes"] / 1e6))
+PY
+grep -E "warning|error" "$W/err" >&2 || true
