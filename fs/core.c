@@ -1,7 +1,6 @@
 /* core.c - see core.h. */
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +10,7 @@
 #include "core.h"
 #include "log.h"
 #include "options.h"
+#include "syncwait.h"
 #include "watch.h"
 
 #define CORE_MAX_SAMPLES 96
@@ -517,28 +517,6 @@ void core_read(struct core *c, uint32_t id, uint32_t gen, off_t off, size_t len,
 		read_item(c, id, &a, off, len, 0, done, arg);
 }
 
-/* A core_read() waited for on the calling thread. */
-struct sync_read {
-	pthread_mutex_t m;
-	pthread_cond_t cv;
-	int done;
-	ssize_t res;
-	char *dst;
-};
-
-static void sync_done(void *arg, ssize_t res, const void *buf)
-{
-	struct sync_read *w = arg;
-
-	if (res > 0)
-		memcpy(w->dst, buf, (size_t)res);
-	pthread_mutex_lock(&w->m);
-	w->res = res;
-	w->done = 1;
-	pthread_cond_signal(&w->cv);
-	pthread_mutex_unlock(&w->m);
-}
-
 ssize_t core_read_file(struct core *c, const char *rel, void **buf, size_t *cap)
 {
 	char path[4096], *save = NULL, *tok;
@@ -564,19 +542,15 @@ ssize_t core_read_file(struct core *c, const char *rel, void **buf, size_t *cap)
 		*cap = a.v.size + 1;
 	}
 	while (got < a.v.size) {
-		struct sync_read w = { .m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER,
-				       .dst = (char *)*buf + got };
+		struct sync_wait w = SYNC_WAIT_INIT((char *)*buf + got);
 		size_t want = a.v.size - got < (8u << 20) ? a.v.size - got : (8u << 20);
-		core_read(c, id, a.gen, (off_t)got, want, sync_done, &w);
-		pthread_mutex_lock(&w.m);
-		while (!w.done)
-			pthread_cond_wait(&w.cv, &w.m);
-		pthread_mutex_unlock(&w.m);
-		if (w.res < 0)
-			return w.res;
-		if (w.res == 0)
+		core_read(c, id, a.gen, (off_t)got, want, sync_wait_done, &w);
+		ssize_t n = sync_wait(&w);
+		if (n < 0)
+			return n;
+		if (n == 0)
 			break;              /* shrank under us: the version check says why next time */
-		got += (size_t)w.res;
+		got += (size_t)n;
 	}
 	return (ssize_t)got;
 }

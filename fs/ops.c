@@ -468,6 +468,20 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 	fuse_reply_err(req, 0);
 }
 
+/* Adds one entry to a readdir(plus) reply at BUF+*USED; 0, or -1 when the
+ * buffer is full (the entry is not added). */
+static int add_entry(fuse_req_t req, char *buf, size_t size, size_t *used, const char *name,
+		     const struct fuse_entry_param *e, off_t next, int plus)
+{
+	size_t n = plus ? fuse_add_direntry_plus(req, buf + *used, size - *used, name, e, next)
+			: fuse_add_direntry(req, buf + *used, size - *used, name, &e->attr, next);
+
+	if (n > size - *used)
+		return -1;
+	*used += n;
+	return 0;
+}
+
 /* .prep/ and its group and epoch directories: names only (e.ino 0, so a
  * listing opens no batch reader). Offsets as below. */
 static void prep_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, int plus)
@@ -488,7 +502,6 @@ static void prep_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		struct fuse_entry_param e;
 		const char *nm;
 		int is_dir = 1;
-		size_t n;
 
 		memset(&e, 0, sizeof(e));
 		if (pos < 2)
@@ -497,13 +510,8 @@ static void prep_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			break;
 		e.attr.st_mode = is_dir ? S_IFDIR | 0755 : S_IFREG | 0444;
 		e.attr.st_ino = (fuse_ino_t)(pos + 1);
-		if (plus)
-			n = fuse_add_direntry_plus(req, buf + used, size - used, nm, &e, pos + 1);
-		else
-			n = fuse_add_direntry(req, buf + used, size - used, nm, &e.attr, pos + 1);
-		if (n > size - used)
+		if (add_entry(req, buf, size, &used, nm, &e, pos + 1, plus))
 			break;
-		used += n;
 	}
 	fuse_reply_buf(req, buf, used);
 	free(buf);
@@ -546,7 +554,6 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, i
 	for (off_t pos = off; pos < (off_t)dir.nchildren + 2; pos++) {
 		struct fuse_entry_param e;
 		const char *name;
-		size_t n;
 
 		memset(&e, 0, sizeof(e));
 		if (pos < 2) {
@@ -570,13 +577,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, i
 			else
 				fill_stat(&e.attr, &a);
 		}
-		if (plus)
-			n = fuse_add_direntry_plus(req, buf + used, size - used, name, &e, pos + 1);
-		else
-			n = fuse_add_direntry(req, buf + used, size - used, name, &e.attr, pos + 1);
-		if (n > size - used)
+		if (add_entry(req, buf, size, &used, name, &e, pos + 1, plus))
 			break;
-		used += n;
 	}
 	fuse_reply_buf(req, buf, used);
 	free(buf);

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "group.h"
+#include "syncwait.h"
 
 enum { B_QUEUED, B_MAKING, B_READY, B_EMPTY };
 
@@ -689,37 +690,12 @@ void group_read_async(struct group_reader *r, off_t off, size_t len, group_read_
 	pthread_mutex_unlock(&g->lock);
 }
 
-struct sync_wait {
-	pthread_mutex_t m;
-	pthread_cond_t cv;
-	int done;
-	ssize_t res;
-	void *buf;
-};
-
-static void sync_cb(void *arg, ssize_t res, const void *buf)
-{
-	struct sync_wait *w = arg;
-
-	if (res > 0)
-		memcpy(w->buf, buf, (size_t)res);
-	pthread_mutex_lock(&w->m);
-	w->res = res;
-	w->done = 1;
-	pthread_cond_signal(&w->cv);
-	pthread_mutex_unlock(&w->m);
-}
-
 ssize_t group_read(struct group_reader *r, off_t off, size_t len, void *buf)
 {
-	struct sync_wait w = { .m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .buf = buf };
+	struct sync_wait w = SYNC_WAIT_INIT(buf);
 
-	group_read_async(r, off, len, sync_cb, &w);
-	pthread_mutex_lock(&w.m);
-	while (!w.done)
-		pthread_cond_wait(&w.cv, &w.m);
-	pthread_mutex_unlock(&w.m);
-	return w.res;
+	group_read_async(r, off, len, sync_wait_done, &w);
+	return sync_wait(&w);
 }
 
 void group_close(struct group_reader *r)

@@ -16,20 +16,13 @@
 # CHUNK_DIR (build/bench-shards), BUILD (build).
 set -eu
 cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
 SIZES=${CHUNK_SIZES:-128K 256K 1M 4M 16M}
 SHARDS=${CHUNK_SHARDS:-3}
 ROUNDS=${CHUNK_ROUNDS:-3}
 DATA=${CHUNK_DIR:-build/bench-shards}
 command -v fio >/dev/null || { echo "chunk: fio not installed; skipped" >&2; exit 0; }
-W=$(mktemp -d /tmp/epochfs-chunk.XXXXXX)
-EP_PID=
-cleanup() {
-	mountpoint -q "$W/mnt" 2>/dev/null && fusermount3 -uz "$W/mnt"
-	[ -n "$EP_PID" ] && kill "$EP_PID" 2>/dev/null
-	rm -rf "$W"
-}
-trap cleanup EXIT
+. tools/bench/lib.sh
+bench_init chunk
 if [ ! -f "$DATA/.shards-$SHARDS" ]; then
 	rm -rf "$DATA"
 	"$BUILD/epochfs-gen" "$DATA" --files 1 --classes 1 --shards "$SHARDS" --seed 11
@@ -37,13 +30,10 @@ if [ ! -f "$DATA/.shards-$SHARDS" ]; then
 fi
 SRC=$(realpath "$DATA")
 D=$(du -sb --apparent-size "$SRC/shards" | cut -f1)
-mkdir -p "$W/mnt"
-drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
-stat_of() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$W/mnt/.epochfs/stats.json" "$1"; }
 mount_ep() {
 	"$BUILD/epochfs" -f --cache-chunk "$1" --cache-size $((D + D / 8)) "$SRC" "$W/mnt" 2>>"$W/err" &
 	EP_PID=$!
-	for _ in $(seq 1000); do mountpoint -q "$W/mnt" && break; sleep 0.02; done
+	wait_mount "$W/mnt"
 	for _ in $(seq 3000); do [ "$(stat_of cache_prefaulted_bytes)" -ge "$D" ] && break; sleep 0.02; done
 }
 umount_ep() { fusermount3 -u "$W/mnt"; wait "$EP_PID"; EP_PID=; }

@@ -13,7 +13,6 @@
 # Environment: PREPB_FILES (2000), PREPB_JOBS (4), PREPB_DIR (build/bench-prep).
 set -eu
 cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
 FILES=${PREPB_FILES:-2000}
 K=${PREPB_JOBS:-4}
 DATA=${PREPB_DIR:-build/bench-prep}
@@ -22,25 +21,17 @@ if ! $PY -c "import torchvision, numpy" 2>/dev/null; then
 	EPOCHFS_DEPS_EXTRA="python3-torchvision python3-numpy python3-pil" bash tools/install-deps.sh ||
 		{ echo "prep bench: needs python3-torchvision; skipped" >&2; exit 0; }
 fi
-W=$(mktemp -d /tmp/epochfs-prepbench.XXXXXX)
-EP_PID=
-cleanup() {
-	mountpoint -q "$W/mnt" 2>/dev/null && fusermount3 -uz "$W/mnt"
-	[ -n "$EP_PID" ] && kill "$EP_PID" 2>/dev/null
-	rm -rf "$W"
-}
-trap cleanup EXIT
+. tools/bench/lib.sh
+bench_init prepbench
 if [ ! -f "$DATA/.files-$FILES" ]; then
 	rm -rf "$DATA"
 	"$BUILD/epochfs-gen" "$DATA" --files "$FILES" --classes 20 --seed 5
 	touch "$DATA/.files-$FILES"
 fi
 SRC=$(realpath "$DATA")
-mkdir -p "$W/mnt"
 tar cf - -C "$SRC" . | cat > /dev/null          # both sides read warm data
 "$BUILD/epochfs" -f --prep-mem 2G "$SRC" "$W/mnt" 2>"$W/err" & EP_PID=$!
-for _ in $(seq 1000); do mountpoint -q "$W/mnt" && break; sleep 0.02; done
-stat_of() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$W/mnt/.epochfs/stats.json" "$1"; }
+wait_mount "$W/mnt"
 daemon_cpu() { awk '{print ($14 + $15) / 100}' "/proc/$EP_PID/stat"; }
 F32="--batch 64 --dtype float32 --mean 0,0,0 --std 1,1,1"
 echo "== part 5: coordinated prep, $FILES images ($(du -sh "$SRC" | cut -f1)), $(nproc) cores"

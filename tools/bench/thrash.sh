@@ -21,7 +21,6 @@
 # THRASH_DIR (build/bench-thrash), BUILD (build).
 set -eu
 cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
 FILES=${THRASH_FILES:-4000}
 EPOCHS=${THRASH_EPOCHS:-4}
 BPS=${THRASH_BPS:-104857600}
@@ -32,18 +31,20 @@ for d in $MEMROOT $BLKROOT; do
 	[ -w "$d" ] || { echo "thrash: $d not writable (needs root and cgroup v1); skipped" >&2; exit 0; }
 done
 
-W=$(mktemp -d /tmp/epochfs-thrash.XXXXXX)
+. tools/bench/lib.sh
 MEMCG=$MEMROOT/epochfs-thrash-$$
 BLKCG=$BLKROOT/epochfs-thrash-$$
-EP_PID=
-cleanup() {
-	mountpoint -q "$W/mnt" 2>/dev/null && fusermount3 -uz "$W/mnt"
-	[ -n "$EP_PID" ] && kill "$EP_PID" 2>/dev/null && wait "$EP_PID" 2>/dev/null
-	rmdir "$MEMCG" "$BLKCG" 2>/dev/null
-	rm -rf "$W"
+bench_cleanup_more() {
+	[ -n "$EP_PID" ] && wait "$EP_PID" 2>/dev/null
+	# A cgroup stays busy for a moment after its last process exits.
+	for _ in $(seq 50); do
+		rmdir "$MEMCG" "$BLKCG" 2>/dev/null
+		[ -d "$MEMCG" ] || [ -d "$BLKCG" ] || break
+		sleep 0.1
+	done
 }
-trap cleanup EXIT
-mkdir -p "$MEMCG" "$BLKCG" "$W/mnt"
+bench_init thrash
+mkdir -p "$MEMCG" "$BLKCG"
 
 if [ ! -f "$DATA/.files-$FILES" ]; then
 	rm -rf "$DATA"
@@ -59,18 +60,15 @@ DEVNO="$((dev >> 8)):$((dev & 255))"
 [ -e "/sys/dev/block/$DEVNO/partition" ] && DEVNO=$(cat "/sys/dev/block/$DEVNO/../dev")
 
 io_read() { awk '/^read_bytes/ {print $2}' "/proc/$1/io"; }
-stat_of() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$W/mnt/.epochfs/stats.json" "$1"; }
 # in_cg CMD...: runs CMD inside this run's memory and blkio cgroups.
 in_cg() { sh -c 'echo $$ > "$1/cgroup.procs"; echo $$ > "$2/cgroup.procs"; shift 2; exec "$@"' sh "$MEMCG" "$BLKCG" "$@"; }
-drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 throttle() { echo "$DEVNO ${1:-0}" > "$BLKCG/blkio.throttle.read_bps_device"; }
 mount_ep() { # mount_ep OPTIONS...: the daemon, inside the cgroups, in the foreground
 	# exec all the way down, so that $! is the daemon itself
 	(exec sh -c 'echo $$ > "$1/cgroup.procs"; echo $$ > "$2/cgroup.procs"; shift 2; exec "$@"' \
 		sh "$MEMCG" "$BLKCG" "$BUILD/epochfs" -f "$@" "$SRC" "$W/mnt" 2>>"$W/daemon.err") &
 	EP_PID=$!
-	for _ in $(seq 1000); do mountpoint -q "$W/mnt" && return 0; sleep 0.02; done
-	echo "thrash: mount failed: $(cat "$W/daemon.err")" >&2; exit 1
+	wait_mount "$W/mnt"
 }
 umount_ep() { fusermount3 -u "$W/mnt"; wait "$EP_PID"; EP_PID=; }
 wait_prefault() {
@@ -105,7 +103,7 @@ echo "== part 3: the thrashing experiment: $FILES files, D = $((D / 1000000)) MB
 
 # The daemon's own memory beside its cache: index, threads, buffers.
 "$BUILD/epochfs" -f --cache-size "$HALF" "$SRC" "$W/mnt" 2>>"$W/daemon.err" & EP_PID=$!
-for _ in $(seq 1000); do mountpoint -q "$W/mnt" && break; sleep 0.02; done
+wait_mount "$W/mnt"
 wait_prefault "$HALF"
 rss=$(awk '/^VmRSS/ {print $2 * 1024}' "/proc/$EP_PID/status")
 OVER=$((rss - $(stat_of cache_prefaulted_bytes)))
