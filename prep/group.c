@@ -633,14 +633,15 @@ int group_open(struct group *g, uint32_t epoch, uint64_t index, struct group_rea
 	uint64_t seq = (uint64_t)epoch * g->nb + index;
 	b = find(g, seq);
 	if (!b) {
-		/* Made and freed before, or ahead of the workers: ask for it. */
-		b = new_slot(g, seq, B_QUEUED);
+		/* Made and freed before, or ahead of the workers. Opening asks for
+		 * nothing: a stat (ls -l) must not make batches; the first read
+		 * queues it. */
+		b = new_slot(g, seq, B_EMPTY);
 		if (!b) {
 			pthread_mutex_unlock(&g->lock);
 			free(r);
 			return -ENOMEM;
 		}
-		pthread_cond_broadcast(&g->work);
 	}
 	b->readers++;
 	g->st.readers++;

@@ -83,7 +83,8 @@ size_t group_batch_bytes(const struct group *g, uint64_t index);
 void group_get_stats(struct group *g, struct group_stats *s);
 
 /* Begins one consumer's read of batch INDEX of EPOCH. 0, -ENOENT (no such
- * batch), -ENOMEM. Does not wait. */
+ * batch), -ENOMEM. Does not wait, and makes nothing by itself: the first
+ * read asks for a batch that is not made. */
 int group_open(struct group *g, uint32_t epoch, uint64_t index, struct group_reader **r);
 /* Called once per group_read_async(): RES bytes at BUF (valid only during
  * the call), or -ETIMEDOUT, -ENOMEM, -ESHUTDOWN (the group is stopping). */

@@ -29,6 +29,10 @@ read -r made regen freed imgs bad peak <<< "$(stat_of "$m" prep_batches_produced
 [ "$made/$regen/$freed/$imgs/$bad" = "20/0/20/300/0" ] || fail "made/regen/freed/images/bad: $made/$regen/$freed/$imgs/$bad"
 [ "$peak" -le $((3 * one)) ] || fail "held $peak bytes of batches, --prep-mem $((3 * one))"
 ok "3 consumers, identical bytes; 20 batches made once and freed; peak $peak <= $((3 * one)) bytes"
+ls -l "$m/.prep/g/epoch-0000" "$m/.prep/g/epoch-0001" > /dev/null || fail "ls -l of the epochs"
+sleep 0.3
+[ "$(stat_of "$m" prep_batches_regenerated)" = 0 ] || fail "ls -l made batches again: $(stat_of "$m" prep_batches_regenerated)"
+ok "ls -l of consumed epochs makes nothing again"
 $CHECK labels "$m" g "$T/src" 7 1 > /dev/null || fail "labels (epoch 1)"
 if /usr/bin/python3 -c "import torchvision" 2>/dev/null; then
 	/usr/bin/python3 - "$T/src" <<'PY' || fail "torchvision's ImageFolder disagrees with our order"
