@@ -69,7 +69,7 @@ static int prep_setup(struct core *c, const struct core_opts *o)
 {
 	struct prepdir_io io = { .ctx = c, .read_file = prep_read_file, .scan = prep_scan };
 	struct group_opts go = { .threads = o->prep_threads, .mem = o->prep_mem,
-				 .timeout_s = o->prep_timeout };
+				 .timeout_s = o->prep_timeout, .ahead = o->prep_ahead };
 
 	if (!go.mem)
 		go.mem = options_ram_bytes() / 100 * OPTIONS_DEFAULT_PREP_MEM_PERCENT;

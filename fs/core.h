@@ -41,6 +41,7 @@ struct core_opts {
 	uint64_t prep_mem;          /* bytes of made batches per group; 0: default */
 	unsigned prep_threads;      /* workers per group; 0: one per CPU */
 	double prep_timeout;        /* seconds before a stalled consumer is dropped */
+	unsigned prep_ahead;        /* batches made past the furthest read; 0: default */
 };
 
 struct core {

@@ -100,6 +100,7 @@ int main(int argc, char **argv)
 		.cache_chunk = o.cache_chunk, .verify = o.verify, .scrub_rate = o.scrub_rate,
 		.prefault_window = o.prefault_window, .prep = o.prep, .prep_mem = o.prep_mem,
 		.prep_threads = o.prep_threads, .prep_timeout = o.prep_timeout,
+		.prep_ahead = o.prep_ahead,
 		.keep_source_cache = o.keep_source_cache,
 	};
 	if (core_open(&co, &core) < 0) {

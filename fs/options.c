@@ -11,7 +11,7 @@
 enum {
 	OPT_THREADS = 256, OPT_SCAN_THREADS, OPT_TIMEOUT, OPT_NO_WATCH, OPT_OPEN, OPT_LOG,
 	OPT_CACHE_SIZE, OPT_CACHE_CHUNK, OPT_VERIFY, OPT_SCRUB_RATE, OPT_KEEP_SOURCE_CACHE, OPT_PREFAULT, OPT_NO_PREP, OPT_PREP_MEM,
-	OPT_PREP_THREADS, OPT_PREP_TIMEOUT,
+	OPT_PREP_THREADS, OPT_PREP_TIMEOUT, OPT_PREP_AHEAD,
 };
 
 static const struct option longopts[] = {
@@ -35,6 +35,7 @@ static const struct option longopts[] = {
 	{ "prep-mem", required_argument, NULL, OPT_PREP_MEM },
 	{ "prep-threads", required_argument, NULL, OPT_PREP_THREADS },
 	{ "prep-timeout", required_argument, NULL, OPT_PREP_TIMEOUT },
+	{ "prep-ahead", required_argument, NULL, OPT_PREP_AHEAD },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -75,6 +76,8 @@ void options_usage(void *fp, const char *prog)
 		"                       N%% of RAM; default %u%%)\n"
 		"      --prep-threads N decode/augment threads per prep group (default: CPUs)\n"
 		"      --prep-timeout SEC drop a consumer that stalls this long (default %u)\n"
+		"      --prep-ahead N   batches made past the furthest one read (default:\n"
+		"                       2 per thread, at least 4; --prep-mem bounds it too)\n"
 		"      --no-prep        no .prep/ directory; the mount is then read-only\n"
 		"      --keep-source-cache  leave what the daemon reads in SOURCE's page cache\n"
 		"                       (default: drop it; the RAM cache holds the copy)\n"
@@ -259,6 +262,10 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 		case OPT_PREP_TIMEOUT:
 			if (options_parse_uint(optarg, 1, 86400 * 7, &o->prep_timeout))
 				FAIL("--prep-timeout %s: expected seconds, 1 or more", optarg);
+			break;
+		case OPT_PREP_AHEAD:
+			if (options_parse_uint(optarg, 1, 1u << 30, &o->prep_ahead))
+				FAIL("--prep-ahead %s: expected a number of batches, 1 or more", optarg);
 			break;
 		case OPT_KEEP_SOURCE_CACHE:
 			o->keep_source_cache = 1;

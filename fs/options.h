@@ -31,6 +31,7 @@ struct options {
 	uint64_t prep_mem;          /* bytes of made batches per group; 0: default */
 	unsigned prep_threads;      /* 0: one per CPU */
 	unsigned prep_timeout;      /* seconds */
+	unsigned prep_ahead;        /* batches made past the furthest read; 0: default */
 	int keep_source_cache;      /* do not drop SOURCE's page cache after reads */
 	int help, version;
 };

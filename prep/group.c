@@ -89,6 +89,7 @@ struct group {
 	uint32_t n;                 /* samples */
 	uint64_t nb, total;         /* batches per epoch, in all */
 	uint64_t frontier;          /* next batch to make in order */
+	uint64_t asked;             /* 1 + the furthest batch any consumer read */
 	uint32_t jobs;              /* consumers expected now */
 	struct gbatch *list;
 	struct spare *spares;       /* buffers of freed batches, for reuse */
@@ -299,7 +300,7 @@ static struct gbatch *pick(struct group *g, int *blocked)
 		}
 	while (g->frontier < g->total && (was_made(g, g->frontier) || find(g, g->frontier)))
 		g->frontier++;
-	if (g->frontier == g->total)
+	if (g->frontier == g->total || g->frontier >= g->asked + g->o.ahead)
 		return NULL;
 	if (!fits(g, group_batch_bytes(g, g->frontier % g->nb))) {
 		*blocked = 1;
@@ -545,6 +546,8 @@ int group_new(const struct prep_spec *sp, struct folder *f, const struct group_i
 	g->bad_seen = calloc((size_t)n / 8 + 1, 1);
 	g->made = calloc(g->total / 8 + 1, 1);
 	g->nth = o->threads ? o->threads : (unsigned)(cpus > 0 ? cpus : 1);
+	if (!g->o.ahead)
+		g->o.ahead = g->nth * 2 > 4 ? g->nth * 2 : 4;
 	g->th = calloc(g->nth, sizeof(*g->th));
 	pthread_mutex_init(&g->lock, NULL);
 	pthread_condattr_t ca;
@@ -668,6 +671,10 @@ void group_read_async(struct group_reader *r, off_t off, size_t len, group_read_
 		pthread_mutex_unlock(&g->lock);
 		fn(arg, -ESHUTDOWN, NULL);
 		return;
+	}
+	if (b->seq + 1 > g->asked) {        /* consumers moved on: workers may too */
+		g->asked = b->seq + 1;
+		pthread_cond_broadcast(&g->work);
 	}
 	if (b->state == B_READY) {
 		struct gwait w = { .r = r, .off = off, .len = len, .fn = fn, .arg = arg };

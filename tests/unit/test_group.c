@@ -103,19 +103,25 @@ static void on_bad(void *ctx, const char *rel, int err)
 	__atomic_add_fetch(&bad_calls, 1, __ATOMIC_RELAXED);
 }
 
-static struct group *mkgroup(const char *spec, uint64_t mem, double timeout)
+static struct group *mkgroup_ahead(const char *spec, uint64_t mem, double timeout, uint32_t ahead)
 {
 	struct prep_spec sp;
 	struct folder *f;
 	struct group *g;
 	char err[256];
 	struct group_io io = { .ctx = &base, .read_file = read_file, .bad = on_bad };
-	struct group_opts o = { .threads = 2, .mem = mem, .timeout_s = timeout, .wait_s = 20 };
+	struct group_opts o = { .threads = 2, .mem = mem, .timeout_s = timeout, .wait_s = 20,
+				.ahead = ahead };
 
 	cr_assert_eq(spec_parse(spec, strlen(spec), &sp, err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(folder_scan(base, "", &f, err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(group_new(&sp, f, &io, &o, &g, err, sizeof(err)), 0, "%s", err);
 	return g;
+}
+
+static struct group *mkgroup(const char *spec, uint64_t mem, double timeout)
+{
+	return mkgroup_ahead(spec, mem, timeout, 0);
 }
 
 /* Reads batch (E, I) whole, in 4 KiB pieces; returns its bytes (malloc). */
@@ -316,4 +322,37 @@ Test(group, drop_last_and_too_few_samples)
 	cr_assert_eq(folder_scan(base, "", &f, err, sizeof(err)), 0);
 	cr_expect_eq(group_new(&sp, f, &io, &o, &g, err, sizeof(err)), -EINVAL);
 	cr_expect(strstr(err, "67 samples make no batch of 100"), "%s", err);
+}
+
+/* Workers run AHEAD batches past the furthest read and no further, however
+ * much memory there is; each read lets them go one further. */
+Test(group, run_ahead_is_bounded)
+{
+	tree();
+	struct group *g = mkgroup_ahead("batch=8\nsize=32\njobs=1\nepochs=2\n", 1 << 30, 60, 2);
+	struct group_stats s;
+	size_t n;
+
+	for (int i = 0; i < 300; i++) {
+		group_get_stats(g, &s);
+		if (s.produced >= 2)
+			break;
+		usleep(10000);
+	}
+	usleep(200000);                         /* time to overshoot, if it would */
+	group_get_stats(g, &s);
+	cr_expect_eq(s.produced, 2, "made %llu before any read", (unsigned long long)s.produced);
+	free(read_batch(g, 0, 0, &n));
+	free(read_batch(g, 0, 3, &n));          /* made on demand; furthest read is now 4 */
+	for (int i = 0; i < 300; i++) {
+		group_get_stats(g, &s);
+		if (s.produced >= 6)
+			break;
+		usleep(10000);
+	}
+	usleep(200000);
+	group_get_stats(g, &s);
+	cr_expect_eq(s.produced, 6, "made %llu with batch 3 read", (unsigned long long)s.produced);
+	cr_expect_eq(s.regenerated, 0);
+	group_free(g);
 }

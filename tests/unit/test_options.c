@@ -167,3 +167,22 @@ Test(options, cache_options)
 	cr_expect_eq(parse(&o, err, "--prefault", "-1", "s", "m", NULL), -EINVAL);
 	cr_expect(strstr(err, "--prefault -1"), "%s", err);
 }
+
+Test(options, prep_options)
+{
+	struct options o;
+	char err[256];
+
+	cr_assert_eq(parse(&o, err, "s", "m", NULL), 0, "%s", err);
+	cr_expect_eq(o.prep_ahead, 0);
+	cr_expect_eq(o.prep_timeout, OPTIONS_DEFAULT_PREP_TIMEOUT);
+	cr_assert_eq(parse(&o, err, "--prep-ahead", "16", "--prep-threads", "3", "--prep-timeout", "9", "s", "m",
+			   NULL), 0, "%s", err);
+	cr_expect_eq(o.prep_ahead, 16);
+	cr_expect_eq(o.prep_threads, 3);
+	cr_expect_eq(o.prep_timeout, 9);
+	cr_expect_eq(parse(&o, err, "--prep-ahead", "0", "s", "m", NULL), -EINVAL);
+	cr_expect(strstr(err, "--prep-ahead 0"), "%s", err);
+	cr_expect_eq(parse(&o, err, "--prep-mem", "0", "s", "m", NULL), -EINVAL);
+	cr_expect(strstr(err, "--prep-mem 0"), "%s", err);
+}

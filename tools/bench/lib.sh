@@ -9,7 +9,7 @@ EP_PID=
 
 bench_cleanup() {
 	mountpoint -q "$W/mnt" 2>/dev/null && fusermount3 -uz "$W/mnt"
-	[ -n "$EP_PID" ] && kill "$EP_PID" 2>/dev/null
+	[ -n "$EP_PID" ] && kill "$EP_PID" 2>/dev/null || true
 	declare -F bench_cleanup_more > /dev/null && bench_cleanup_more
 	rm -rf "$W"
 	return 0

@@ -13,7 +13,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import epochfs_prep as ep  # noqa: E402
-import torch  # noqa: E402,F401  (imported before timing, as tv_pipeline.py does)
+import torch  # noqa: E402  (imported before timing, as tv_pipeline.py does)
 
 
 def cpu():
@@ -25,7 +25,7 @@ mount, name, epoch = sys.argv[1], sys.argv[2], int(sys.argv[3])
 raw = "--raw" in sys.argv
 c0, t0 = cpu(), time.monotonic()
 batches = images = nbytes = 0
-buf = None
+buf = out = None
 d = os.path.join(mount, ".prep", name, "epoch-%04d" % epoch)
 for f in sorted(os.listdir(d)):
     if raw:
@@ -40,8 +40,9 @@ for f in sorted(os.listdir(d)):
     b = ep.read_batch(os.path.join(d, f), buf)
     buf = b.pixels.obj
     x, y = b.torch()
-    if b.dtype == "uint8":
-        x = x.float().div_(255)
+    if b.dtype == "uint8":                  # ToTensor's x / 255, into one recycled array
+        out = b.float01(out)
+        x = torch.from_numpy(out)
     batches += 1
     images += b.n
     nbytes += len(b.pixels)
