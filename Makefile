@@ -16,7 +16,7 @@ say =
 endif
 
 CC ?= cc
-PKGS := fuse3 liburing libxxhash libturbojpeg libjpeg
+PKGS := fuse3 liburing libxxhash libturbojpeg libjpeg libsodium
 BUILD := build
 CFLAGS ?= -O2 -g
 WARN := -Wall -Wextra -Wstrict-prototypes -Wmissing-declarations -Wwrite-strings -Wshadow
@@ -36,7 +36,8 @@ ALL_CFLAGS = -std=gnu11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Ifs -Iprep -Itools $(PK
 LIBS = $(PKG_LIBS) -lpthread -lm
 
 CORE_SRC := fs/log.c fs/path.c fs/index.c fs/storage.c fs/stats.c fs/control.c \
-	    fs/watch.c fs/core.c fs/options.c fs/cache.c fs/maint.c fs/prepdir.c
+	    fs/watch.c fs/core.c fs/options.c fs/cache.c fs/maint.c fs/prepdir.c \
+	    fs/owner.c fs/cluster.c fs/proto.c fs/peer.c
 PREP_SRC := prep/jpeg.c prep/augment.c prep/batch.c prep/spec.c prep/folder.c prep/group.c
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o) $(PREP_SRC:%.c=$(BUILD)/%.o)
 CORE_LIB := $(BUILD)/libepochfs.a

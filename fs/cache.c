@@ -250,6 +250,13 @@ enum cache_result cache_get(struct cache *c, uint32_t id, uint32_t chunk,
 			    const struct index_version *v, size_t len,
 			    struct cache_waiter *w, struct cache_ref *ref)
 {
+	return cache_get_ex(c, id, chunk, v, len, w, ref, 1);
+}
+
+enum cache_result cache_get_ex(struct cache *c, uint32_t id, uint32_t chunk,
+			       const struct index_version *v, size_t len,
+			       struct cache_waiter *w, struct cache_ref *ref, int may_admit)
+{
 	uint64_t key = key_of(id, chunk);
 
 	memset(ref, 0, sizeof(*ref));
@@ -287,6 +294,8 @@ enum cache_result cache_get(struct cache *c, uint32_t id, uint32_t chunk,
 			continue;
 		}
 		if (!it || state == ST_DEAD) {
+			if (!may_admit)
+				return CACHE_MISS;  /* not counted: the caller asks again */
 			int r = admit(c, slot, it, key, v, len, ref);
 			if (r < 0)
 				continue;

@@ -90,6 +90,12 @@ void cache_free(struct cache *c);
 enum cache_result cache_get(struct cache *c, uint32_t id, uint32_t chunk,
 			    const struct index_version *v, size_t len,
 			    struct cache_waiter *w, struct cache_ref *ref);
+/* The same; with MAY_ADMIT zero, an absent item is CACHE_MISS (nothing
+ * admitted, nothing counted), so a caller can decide whether to admit it
+ * only when it is absent (the peer layer admits only owned items). */
+enum cache_result cache_get_ex(struct cache *c, uint32_t id, uint32_t chunk,
+			       const struct index_version *v, size_t len,
+			       struct cache_waiter *w, struct cache_ref *ref, int may_admit);
 /* Ends a load begun by CACHE_LOAD: OK nonzero when ref->data holds the
  * bytes. Calls the waiters (outside any lock) before returning. */
 void cache_loaded(struct cache *c, struct cache_ref *ref, int ok);

@@ -13,7 +13,7 @@
 #include "syncwait.h"
 #include "watch.h"
 
-#define CORE_MAX_SAMPLES 96
+#define CORE_MAX_SAMPLES 400     /* ours, and the peer layer's (at most 64 peers x 4 + 8) */
 
 static int core_render(void *arg, enum control_file f, char *buf, size_t len)
 {
@@ -172,6 +172,10 @@ int core_start(struct core *c)
 			c->watch = NULL;
 		}
 	}
+	if (c->peer.start && (err = c->peer.start(c->peer.ctx)) < 0) {
+		log_error("cannot start the peer thread: %s", strerror(-err));
+		return err;
+	}
 	return 0;
 }
 
@@ -179,6 +183,8 @@ void core_close(struct core *c)
 {
 	if (!c)
 		return;
+	if (c->peer.stop)
+		c->peer.stop(c->peer.ctx);  /* it serves and fetches through the core */
 	prepdir_free(c->prep);      /* its groups read through the core: first */
 	watch_stop(c->watch);
 	maint_stop(c->maint);
@@ -191,6 +197,10 @@ void core_close(struct core *c)
 	free(c->source);
 	free(c);
 }
+
+/* What a read_item() call is: a whole request, one item's share of a
+ * request (struct core_multi), or a read a peer asked for. */
+enum { PART_NO, PART_YES, PART_PEER };
 
 /* One read in flight past core_read(): the storage fallback, a cache load,
  * or a wait on another request's load. A PART is one item's share of a
@@ -229,7 +239,7 @@ static void reply_request(struct core *c, uint32_t id, ssize_t res, const void *
 
 static void reply(struct core_read_ctx *x, ssize_t res, const void *buf, int from_cache)
 {
-	if (res >= 0)
+	if (res >= 0 && x->part != PART_PEER)
 		stats_add(&x->c->stats, from_cache ? STAT_CACHE_HIT_BYTES : STAT_CACHE_MISS_BYTES,
 			  (uint64_t)res);
 	if (x->part)
@@ -354,6 +364,23 @@ static void load_done(void *arg, ssize_t res, const void *buf)
 	free(x);
 }
 
+/* With peers: may chunk CHUNK of file ID (LEN bytes) take cache budget? */
+static int may_admit(struct core *c, uint32_t id, uint32_t chunk, size_t len)
+{
+	char path[4096];
+
+	if (index_path(c->ix, id, path, sizeof(path)) < 0)
+		return 0;
+	if (c->peer.owns(c->peer.ctx, path, chunk))
+		return 1;
+	if (!c->peer.remote_budget)
+		return 0;
+	if (__atomic_add_fetch(&c->remote_used, len, __ATOMIC_RELAXED) <= c->peer.remote_budget)
+		return 1;
+	__atomic_sub_fetch(&c->remote_used, len, __ATOMIC_RELAXED);
+	return 0;
+}
+
 /* Reads [OFF, OFF+LEN) of file ID, version A, which lies inside one cache
  * item (or anywhere, without a cache): hit, load, wait, or storage. */
 static void read_item(struct core *c, uint32_t id, const struct index_attr *a, off_t off,
@@ -368,8 +395,13 @@ static void read_item(struct core *c, uint32_t id, const struct index_attr *a, o
 
 	if (c->cache) {
 		/* The hit path allocates nothing: a waiter is needed only if the
-		 * item is loading, and then we ask again with one. */
-		r = cache_get(c->cache, id, chunk, &a->v, item_len, NULL, &ref);
+		 * item is loading, and then we ask again with one. With peers, an
+		 * absent item is admitted only if we own it (or it fits the
+		 * remote budget): that is decided on the miss path alone. */
+		int may = !c->peer.owns;
+		r = cache_get_ex(c->cache, id, chunk, &a->v, item_len, NULL, &ref, may);
+		if (!may && r == CACHE_MISS && may_admit(c, id, chunk, item_len))
+			r = cache_get(c->cache, id, chunk, &a->v, item_len, NULL, &ref);
 		if (r == CACHE_HIT) {
 			struct core_read_ctx hx = { .c = c, .id = id, .part = part, .off = off,
 						    .len = len, .item_off = item_off,
@@ -517,21 +549,35 @@ void core_read(struct core *c, uint32_t id, uint32_t gen, off_t off, size_t len,
 		read_item(c, id, &a, off, len, 0, done, arg);
 }
 
-ssize_t core_read_file(struct core *c, const char *rel, void **buf, size_t *cap)
+/* The index entry of the path REL (LEN bytes) below SOURCE, in *A. 0 or
+ * -ENOENT / -ENAMETOOLONG. Only indexed names resolve: nothing outside
+ * SOURCE, no symlink followed. */
+static int lookup_rel(struct core *c, const char *rel, size_t len, struct index_attr *a)
 {
 	char path[4096], *save = NULL, *tok;
 	uint32_t id = INDEX_ROOT;
-	struct index_attr a;
-	size_t got = 0;
 
-	if (strlen(rel) >= sizeof(path))
+	if (len >= sizeof(path))
 		return -ENAMETOOLONG;
-	strcpy(path, rel);
+	memcpy(path, rel, len);
+	path[len] = '\0';
 	for (tok = strtok_r(path, "/", &save); tok; tok = strtok_r(NULL, "/", &save))
 		if (strcmp(tok, ".") && !(id = index_lookup(c->ix, id, tok)))
 			return -ENOENT;
-	if (index_get(c->ix, id, &a) < 0 || a.gone)
+	if (index_get(c->ix, id, a) < 0 || a->gone)
 		return -ENOENT;
+	return 0;
+}
+
+ssize_t core_read_file(struct core *c, const char *rel, void **buf, size_t *cap)
+{
+	struct index_attr a;
+	size_t got = 0;
+	int err = lookup_rel(c, rel, strlen(rel), &a);
+
+	if (err < 0)
+		return err;
+	uint32_t id = a.id;
 	if (!S_ISREG(a.mode))
 		return S_ISDIR(a.mode) ? -EISDIR : -ENOENT;
 	if (a.v.size + 1 > *cap) {
@@ -553,6 +599,77 @@ ssize_t core_read_file(struct core *c, const char *rel, void **buf, size_t *cap)
 		got += (size_t)n;
 	}
 	return (ssize_t)got;
+}
+
+void core_read_peer(struct core *c, const char *rel, uint64_t size, int64_t mtime_ns, off_t off,
+		    size_t len, core_read_fn done, void *arg)
+{
+	struct index_attr a;
+	int err = lookup_rel(c, rel, strlen(rel), &a);
+
+	if (err < 0 || !S_ISREG(a.mode)) {
+		done(arg, err < 0 ? err : -ENOENT, NULL);
+		return;
+	}
+	if (a.v.size != size || a.v.mtime_ns != mtime_ns) {
+		/* The asker may have seen a change we have not: look again. */
+		index_refresh(c->ix, a.id, 0);
+		if (index_get(c->ix, a.id, &a) < 0 || a.gone || a.v.size != size ||
+		    a.v.mtime_ns != mtime_ns) {
+			done(arg, -ESTALE, NULL);
+			return;
+		}
+	}
+	if (off < 0 || (uint64_t)off >= a.v.size) {
+		done(arg, 0, NULL);
+		return;
+	}
+	if (len > a.v.size - (uint64_t)off)
+		len = (size_t)(a.v.size - (uint64_t)off);
+	if ((uint64_t)off / c->chunk != (uint64_t)(off + (off_t)len - 1) / c->chunk) {
+		done(arg, -EINVAL, NULL);
+		return;
+	}
+	read_item(c, a.id, &a, off, len, PART_PEER, done, arg);
+}
+
+void core_set_peer_hooks(struct core *c, const struct core_peer_hooks *h)
+{
+	c->peer = *h;
+}
+
+uint32_t core_chunk(const struct core *c)
+{
+	return c->chunk;
+}
+
+uint64_t core_cache_capacity(const struct core *c)
+{
+	struct cache_stats s = { 0 };
+
+	if (c->cache)
+		cache_get_stats(c->cache, &s);
+	return s.capacity;
+}
+
+uint64_t core_owned_bytes(struct core *c, int (*owns)(void *ctx, const char *rel, uint32_t chunk),
+			  void *ctx)
+{
+	uint32_t n = index_count(c->ix);
+	uint64_t sum = 0;
+	char path[4096];
+
+	for (uint32_t id = INDEX_ROOT + 1; id <= n; id++) {
+		struct index_attr a;
+		if (index_get(c->ix, id, &a) < 0 || a.gone || !S_ISREG(a.mode) ||
+		    index_path(c->ix, id, path, sizeof(path)) < 0)
+			continue;
+		uint32_t chunks = cache_chunks(a.v.size, c->chunk);
+		for (uint32_t k = 0; k < chunks; k++)
+			if (owns(ctx, path, k))
+				sum += cache_chunk_len(a.v.size, c->chunk, k) + 64;
+	}
+	return sum;
 }
 
 int core_debug_fd(struct core *c)
@@ -617,6 +734,8 @@ int core_samples(struct core *c, struct sample *out, int max)
 		out[n++] = (struct sample){ .name = "prep_cpu_seconds", .help = "CPU seconds spent making batches",
 					    .kind = SAMPLE_COUNTER, .is_float = 1, .d = ps.cpu_ns / 1e9 };
 	n += stats_samples(&c->stats, out + n, max - n);
+	if (c->peer.samples)
+		n += c->peer.samples(c->peer.ctx, out + n, max - n);
 	if (n < max)
 		out[n++] = (struct sample){ .name = "uptime_s", .help = "Seconds since mount",
 					    .kind = SAMPLE_GAUGE, .is_float = 1,

@@ -44,6 +44,24 @@ struct core_opts {
 	unsigned prep_ahead;        /* batches made past the furthest read; 0: default */
 };
 
+/* What the peer layer (peer.h) plugs into the core; the core never calls
+ * the network itself. */
+struct core_peer_hooks {
+	void *ctx;
+	/* 1 if this node owns chunk CHUNK of the file REL: only owned items
+	 * are admitted into the cache, unless remote_budget allows. */
+	int (*owns)(void *ctx, const char *rel, uint32_t chunk);
+	/* Appends the peer layer's samples; returns how many. */
+	int (*samples)(void *ctx, struct sample *out, int max);
+	/* Cache bytes items owned elsewhere may take (--cache-remote). */
+	uint64_t remote_budget;
+	/* Called at the end of core_start() (threads may start: after the
+	 * fork), and first thing in core_close(), which then owns nothing of
+	 * the peer layer any more. */
+	int (*start)(void *ctx);
+	void (*stop)(void *ctx);
+};
+
 struct core {
 	char *source;               /* absolute path of SOURCE */
 	int rootfd;
@@ -60,6 +78,8 @@ struct core {
 	uint64_t cache_need;        /* arena bytes the whole dataset would take */
 	struct stats stats;
 	struct core_opts opts;
+	struct core_peer_hooks peer;    /* owns == NULL: no peers */
+	uint64_t remote_used;           /* atomic: cache bytes admitted for remote items */
 };
 
 /* Opens and scans SOURCE (its threads are joined before it returns).
@@ -76,6 +96,15 @@ void core_close(struct core *c);
  * asked of it first, and of the next source when it answers -EAGAIN. Call
  * before reads begin. 0, or -ENOSPC when CORE_MAX_SOURCES are in use. */
 int core_add_source(struct core *c, const struct source *s);
+
+/* Installs the peer layer's hooks. Call before reads begin. */
+void core_set_peer_hooks(struct core *c, const struct core_peer_hooks *h);
+/* The cache's item size (also what ownership is computed over). */
+uint32_t core_chunk(const struct core *c);
+/* Cache bytes the items this node owns would take (OWNS as in the hooks). */
+uint64_t core_owned_bytes(struct core *c, int (*owns)(void *ctx, const char *rel, uint32_t chunk),
+			  void *ctx);
+uint64_t core_cache_capacity(const struct core *c);
 
 /* Debug hooks, for tests only (the daemon arms them when EPOCHFS_DEBUG_HOOKS=1
  * is in its environment): the fd a signal handler writes a command byte to,
@@ -101,6 +130,15 @@ void core_read(struct core *c, uint32_t id, uint32_t gen, off_t off, size_t len,
  * grown with realloc (*CAP its size). The length, or -ENOENT (no such file
  * in the index), -EISDIR, -ESTALE (changed), -EIO, -ENOMEM. */
 ssize_t core_read_file(struct core *c, const char *rel, void **buf, size_t *cap);
+
+/* Serves a peer's read of the file REL (checked: a normalized relative
+ * path) at the version it expects (SIZE, MTIME_NS): LEN bytes at OFF, inside
+ * one cache item, from the RAM cache or by loading the item (admitted: the
+ * item is ours). DONE gets the bytes, or -ENOENT (no such regular file),
+ * -ESTALE (another version here), -EINVAL (spans items), -errno. Counted
+ * neither as a read nor as hit or miss bytes (the peer layer counts it). */
+void core_read_peer(struct core *c, const char *rel, uint64_t size, int64_t mtime_ns, off_t off,
+		    size_t len, core_read_fn done, void *arg);
 
 /* All samples (counters and gauges) shown in .epochfs/; returns how many. */
 int core_samples(struct core *c, struct sample *out, int max);

@@ -14,10 +14,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cluster.h"
 #include "core.h"
 #include "log.h"
 #include "ops.h"
 #include "options.h"
+#include "peer.h"
 
 #ifndef EPOCHFS_VERSION
 #define EPOCHFS_VERSION "0.1.0"
@@ -51,6 +53,89 @@ static int check_dir(const char *what, const char *path)
 		log_error("%s: not a directory (%s)", path, what);
 		return -1;
 	}
+	return 0;
+}
+
+/* Joins the cluster when a peer list is given (--peers, --peers-file, or
+ * SLURM's environment): 0 (with or without peers) or -1 (logged). */
+static int setup_peers(const struct options *o, struct core *core)
+{
+	const char *nodelist = getenv("SLURM_JOB_NODELIST"), *nodeid = getenv("SLURM_NODEID");
+	struct cluster cl = { 0 };
+	struct peer *p;
+	uint8_t key[PEER_KEY_BYTES];
+	char err[512];
+	long rank = o->rank;
+	int r;
+
+	if (o->peers) {
+		r = cluster_add_list(&cl, o->peers, o->peer_port, err, sizeof(err));
+	} else if (o->peers_file) {
+		r = cluster_add_file(&cl, o->peers_file, o->peer_port, err, sizeof(err));
+	} else if (!o->no_peers && nodelist && *nodelist && nodeid) {
+		char *end;
+		r = cluster_add_slurm(&cl, nodelist, o->peer_port, err, sizeof(err));
+		if (!r && rank < 0) {
+			rank = strtol(nodeid, &end, 10);
+			if (!*nodeid || *end || rank < 0) {
+				snprintf(err, sizeof(err), "SLURM_NODEID=%s: not a node number", nodeid);
+				r = -EINVAL;
+			}
+		}
+	} else {
+		const char *lone = o->secret_file ? "--secret-file" : o->rank >= 0 ? "--rank"
+				 : o->insecure_peers ? "--insecure-peers" : o->cache_remote ? "--cache-remote"
+				 : o->peer_listen ? "--peer-listen" : NULL;
+		if (lone) {
+			log_error("%s needs a peer list (--peers or --peers-file)", lone);
+			return -1;
+		}
+		return 0;
+	}
+	if (!r)
+		r = cluster_finish(&cl, rank, err, sizeof(err));
+	if (r) {
+		log_error("%s", err);
+		cluster_free(&cl);
+		return -1;
+	}
+	if (cl.n == 1) {
+		log_info("the peer list holds only this node: running alone");
+		cluster_free(&cl);
+		return 0;
+	}
+	if (o->secret_file) {
+		r = peer_load_secret(o->secret_file, key, err, sizeof(err));
+		if (r < 0) {
+			log_error("%s", err);
+			cluster_free(&cl);
+			return -1;
+		}
+		if (r > 0)
+			log_warn("%s", err);
+	} else if (!o->insecure_peers) {
+		log_error("peers need --secret-file FILE (a secret every node shares) or, on a trusted "
+			  "network only, --insecure-peers");
+		cluster_free(&cl);
+		return -1;
+	}
+	struct peer_opts po = { .cl = &cl, .listen = o->peer_listen, .key = o->secret_file ? key : NULL,
+				.insecure = o->insecure_peers, .timeout_s = o->peer_timeout,
+				.cache_remote = o->cache_remote };
+	r = peer_new(core, &po, &p, err, sizeof(err));
+	if (r < 0) {
+		log_error("%s", err);
+		cluster_free(&cl);
+		return -1;
+	}
+	log_info("node %u of %u (%s)%s", cl.self, cl.n, cl.nodes[cl.self].id,
+		 o->insecure_peers ? "; peers NOT authenticated (--insecure-peers)" : "");
+	if (getenv("EPOCHFS_DEBUG_HOOKS") && !strcmp(getenv("EPOCHFS_DEBUG_HOOKS"), "1") &&
+	    getenv("EPOCHFS_DEBUG_PEER_LIE")) {
+		peer_debug_lie(p, 1);
+		log_warn("debug hooks: this node corrupts every reply it sends to peers");
+	}
+	cluster_free(&cl);
 	return 0;
 }
 
@@ -104,6 +189,11 @@ int main(int argc, char **argv)
 		.keep_source_cache = o.keep_source_cache,
 	};
 	if (core_open(&co, &core) < 0) {
+		ops_session_free(sess);
+		return 1;
+	}
+	if (setup_peers(&o, core) < 0) {
+		core_close(core);
 		ops_session_free(sess);
 		return 1;
 	}

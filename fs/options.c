@@ -11,7 +11,9 @@
 enum {
 	OPT_THREADS = 256, OPT_SCAN_THREADS, OPT_TIMEOUT, OPT_NO_WATCH, OPT_OPEN, OPT_LOG,
 	OPT_CACHE_SIZE, OPT_CACHE_CHUNK, OPT_VERIFY, OPT_SCRUB_RATE, OPT_KEEP_SOURCE_CACHE, OPT_PREFAULT, OPT_NO_PREP, OPT_PREP_MEM,
-	OPT_PREP_THREADS, OPT_PREP_TIMEOUT, OPT_PREP_AHEAD,
+	OPT_PREP_THREADS, OPT_PREP_TIMEOUT, OPT_PREP_AHEAD, OPT_PEERS, OPT_PEERS_FILE, OPT_RANK,
+	OPT_PEER_PORT, OPT_PEER_LISTEN, OPT_SECRET_FILE, OPT_INSECURE_PEERS, OPT_PEER_TIMEOUT,
+	OPT_CACHE_REMOTE, OPT_NO_PEERS,
 };
 
 static const struct option longopts[] = {
@@ -36,6 +38,16 @@ static const struct option longopts[] = {
 	{ "prep-threads", required_argument, NULL, OPT_PREP_THREADS },
 	{ "prep-timeout", required_argument, NULL, OPT_PREP_TIMEOUT },
 	{ "prep-ahead", required_argument, NULL, OPT_PREP_AHEAD },
+	{ "peers", required_argument, NULL, OPT_PEERS },
+	{ "peers-file", required_argument, NULL, OPT_PEERS_FILE },
+	{ "rank", required_argument, NULL, OPT_RANK },
+	{ "peer-port", required_argument, NULL, OPT_PEER_PORT },
+	{ "peer-listen", required_argument, NULL, OPT_PEER_LISTEN },
+	{ "secret-file", required_argument, NULL, OPT_SECRET_FILE },
+	{ "insecure-peers", no_argument, NULL, OPT_INSECURE_PEERS },
+	{ "peer-timeout", required_argument, NULL, OPT_PEER_TIMEOUT },
+	{ "cache-remote", no_argument, NULL, OPT_CACHE_REMOTE },
+	{ "no-peers", no_argument, NULL, OPT_NO_PEERS },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -79,6 +91,20 @@ void options_usage(void *fp, const char *prog)
 		"      --prep-ahead N   batches made past the furthest one read (default:\n"
 		"                       2 per thread, at least 4; --prep-mem bounds it too)\n"
 		"      --no-prep        no .prep/ directory; the mount is then read-only\n"
+		"peers (partitioned caching across nodes; docs/cluster.md):\n"
+		"      --peers HOST[:PORT],...  every node, in the same order on every node\n"
+		"      --peers-file FILE  the same, one HOST[:PORT] a line\n"
+		"                       (under SLURM, SLURM_JOB_NODELIST and SLURM_NODEID\n"
+		"                       are used when neither is given; --no-peers: don't)\n"
+		"      --rank N         this node's place in the list (default: SLURM_NODEID,\n"
+		"                       else the entry matching this host's name)\n"
+		"      --peer-port PORT port of entries that give none (default 7070)\n"
+		"      --peer-listen ADDR[:PORT]  where to accept peers (default: all\n"
+		"                       addresses, this node's port)\n"
+		"      --secret-file FILE shared secret authenticating every connection\n"
+		"      --insecure-peers run peers without a secret (trusted networks only)\n"
+		"      --peer-timeout SEC  connect and per-request limit (default 2)\n"
+		"      --cache-remote   let spare cache budget keep items other nodes own\n"
 		"      --keep-source-cache  leave what the daemon reads in SOURCE's page cache\n"
 		"                       (default: drop it; the RAM cache holds the copy)\n"
 		"  -h, --help           print this help\n"
@@ -175,6 +201,9 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 	o->prefault_window = OPTIONS_DEFAULT_PREFAULT;
 	o->prep = 1;
 	o->prep_timeout = OPTIONS_DEFAULT_PREP_TIMEOUT;
+	o->rank = -1;
+	o->peer_timeout = OPTIONS_DEFAULT_PEER_TIMEOUT;
+	snprintf(o->peer_port, sizeof(o->peer_port), "%s", OPTIONS_DEFAULT_PEER_PORT);
 	err[0] = '\0';
 	optind = 0;                 /* full re-initialisation, so tests can call us again */
 	opterr = 0;
@@ -270,6 +299,47 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 		case OPT_KEEP_SOURCE_CACHE:
 			o->keep_source_cache = 1;
 			break;
+		case OPT_PEERS:
+			if (!*optarg)
+				FAIL("--peers: empty list");
+			o->peers = optarg;
+			break;
+		case OPT_PEERS_FILE:
+			o->peers_file = optarg;
+			break;
+		case OPT_RANK: {
+			unsigned r;
+			if (options_parse_uint(optarg, 0, 1023, &r))
+				FAIL("--rank %s: expected a number from 0 to 1023", optarg);
+			o->rank = (int)r;
+			break;
+		}
+		case OPT_PEER_PORT: {
+			unsigned port;
+			if (options_parse_uint(optarg, 1, 65535, &port))
+				FAIL("--peer-port %s: expected a port from 1 to 65535", optarg);
+			snprintf(o->peer_port, sizeof(o->peer_port), "%u", port);
+			break;
+		}
+		case OPT_PEER_LISTEN:
+			o->peer_listen = optarg;
+			break;
+		case OPT_SECRET_FILE:
+			o->secret_file = optarg;
+			break;
+		case OPT_INSECURE_PEERS:
+			o->insecure_peers = 1;
+			break;
+		case OPT_PEER_TIMEOUT:
+			if (parse_seconds(optarg, &o->peer_timeout) || o->peer_timeout < 0.01)
+				FAIL("--peer-timeout %s: expected seconds, at least 0.01", optarg);
+			break;
+		case OPT_CACHE_REMOTE:
+			o->cache_remote = 1;
+			break;
+		case OPT_NO_PEERS:
+			o->no_peers = 1;
+			break;
 		case ':':
 			FAIL("%s: missing argument", argv[optind - 1]);
 		default:
@@ -278,6 +348,12 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 			FAIL("%s: unknown option (see --help)", argv[optind - 1]);
 		}
 	}
+	if (o->peers && o->peers_file)
+		FAIL("--peers and --peers-file: give one of them");
+	if (o->secret_file && o->insecure_peers)
+		FAIL("--secret-file and --insecure-peers: give one of them");
+	if (o->no_peers && (o->peers || o->peers_file))
+		FAIL("--no-peers with --peers or --peers-file");
 	if (argc - optind < 2)
 		FAIL(argc - optind == 1 ? "missing MOUNTPOINT (see --help)"
 					: "missing SOURCE and MOUNTPOINT (see --help)");

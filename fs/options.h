@@ -32,6 +32,16 @@ struct options {
 	unsigned prep_threads;      /* 0: one per CPU */
 	unsigned prep_timeout;      /* seconds */
 	unsigned prep_ahead;        /* batches made past the furthest read; 0: default */
+	const char *peers;          /* --peers list, or NULL */
+	const char *peers_file;
+	int rank;                   /* -1: not given */
+	char peer_port[8];          /* for entries without one */
+	const char *peer_listen;    /* ADDR[:PORT], or NULL */
+	const char *secret_file;
+	int insecure_peers;
+	double peer_timeout;        /* seconds */
+	int cache_remote;
+	int no_peers;               /* ignore SLURM's environment */
 	int keep_source_cache;      /* do not drop SOURCE's page cache after reads */
 	int help, version;
 };
@@ -44,6 +54,8 @@ struct options {
 #define OPTIONS_DEFAULT_PREFAULT UINT64_MAX   /* the whole budget the data can fill */
 #define OPTIONS_DEFAULT_PREP_MEM_PERCENT 10u
 #define OPTIONS_DEFAULT_PREP_TIMEOUT 120u
+#define OPTIONS_DEFAULT_PEER_TIMEOUT 2.0
+#define OPTIONS_DEFAULT_PEER_PORT "7070"
 
 /* Returns 0, or -EINVAL with a one-line reason (no program name, no
  * newline) in ERR. With -h/-V it returns 0 and sets help/version; SOURCE

@@ -17,7 +17,10 @@ static const struct {
 	[STAT_LOOKUPS] = { "lookups", "Name lookups answered" },
 	[STAT_CHANGES] = { "changes", "Backing entries seen changed or removed" },
 	[STAT_CACHE_HIT_BYTES] = { "cache_hit_bytes", "Bytes returned to readers from the RAM cache" },
-	[STAT_CACHE_MISS_BYTES] = { "cache_miss_bytes", "Bytes returned to readers from storage" },
+	[STAT_CACHE_MISS_BYTES] = { "cache_miss_bytes", "Bytes returned to readers not from the RAM cache (storage or a peer)" },
+	[STAT_PEER_READ_BYTES] = { "peer_read_bytes", "Bytes fetched from peer nodes, checksum verified" },
+	[STAT_PEER_SERVED_BYTES] = { "peer_served_bytes", "Bytes sent to peer nodes" },
+	[STAT_PEER_ERRORS] = { "peer_errors", "Peer faults: refused, timed out, broken or lying; each read fell back to storage" },
 };
 
 static double mono(void)

@@ -20,7 +20,10 @@ enum stat_id {
 	STAT_LOOKUPS,           /* name lookups */
 	STAT_CHANGES,           /* backing entries seen changed or gone */
 	STAT_CACHE_HIT_BYTES,   /* of read_bytes, served from the RAM cache */
-	STAT_CACHE_MISS_BYTES,  /* of read_bytes, served from storage */
+	STAT_CACHE_MISS_BYTES,  /* of read_bytes, not from the RAM cache (storage or a peer) */
+	STAT_PEER_READ_BYTES,   /* bytes fetched from peers (checksum verified) */
+	STAT_PEER_SERVED_BYTES, /* bytes sent to peers */
+	STAT_PEER_ERRORS,       /* peer faults: refused, timed out, broken, lying */
 	STAT__COUNT
 };
 
