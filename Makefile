@@ -3,6 +3,7 @@
 #   make test            unit + integration tests (installs missing packages)
 #   make demo            generate a small dataset, mount it, read epochs
 #   make bench           the benchmarks of docs/benchmarks.md
+#   make fuzz            the peer protocol decoder under libFuzzer (FUZZ_SECONDS)
 #   make SANITIZE=address,undefined   sanitizer build (into build-san/)
 #   CI=true              adds -Werror
 
@@ -54,7 +55,8 @@ all: $(DAEMON) $(TOOLS)
 
 $(DEPS_STAMP): tools/install-deps.sh
 	$(Q)pkg-config --exists $(PKGS) criterion libsodium && command -v fio >/dev/null \
-	   && command -v fusermount3 >/dev/null && command -v pgrep >/dev/null || bash tools/install-deps.sh
+	   && command -v fusermount3 >/dev/null && command -v pgrep >/dev/null && command -v clang >/dev/null \
+	   && command -v ip >/dev/null && command -v nsenter >/dev/null || bash tools/install-deps.sh
 	$(Q)mkdir -p $(@D) && touch $@
 
 $(BUILD)/%.o: %.c | $(DEPS_STAMP)
@@ -93,13 +95,33 @@ $(BUILD)/tests/mkjpeg: $(BUILD)/tests/integration/mkjpeg.o
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
+# The peer protocol's decoder under libFuzzer (clang; ASan and UBSan on).
+# `make test` runs it briefly; `make fuzz FUZZ_SECONDS=N` longer (default 300).
+FUZZ := $(BUILD)/fuzz_proto
+FUZZ_SECONDS ?= 300
+$(FUZZ): tests/fuzz/fuzz_proto.c fs/proto.c fs/proto.h | $(DEPS_STAMP)
+	$(call say,FUZZ,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)clang -std=gnu11 -D_GNU_SOURCE -g -O1 -Ifs -fsanitize=fuzzer,address,undefined \
+		-fno-sanitize-recover=all -o $@ tests/fuzz/fuzz_proto.c fs/proto.c
+
+fuzz-smoke: $(FUZZ)
+	$(Q)mkdir -p $(BUILD)/fuzz-corpus
+	$(Q)$(FUZZ) -max_total_time=8 -max_len=8192 -print_final_stats=0 $(BUILD)/fuzz-corpus 2>$(BUILD)/fuzz.log \
+		|| { tail -40 $(BUILD)/fuzz.log; exit 1; }
+	$(Q)echo "fuzz_proto: $$(grep -o 'Done [0-9]* runs' $(BUILD)/fuzz.log | tail -1), no crash"
+
+fuzz: $(FUZZ)
+	$(Q)mkdir -p $(BUILD)/fuzz-corpus
+	$(FUZZ) -max_total_time=$(FUZZ_SECONDS) -max_len=8192 $(BUILD)/fuzz-corpus
+
 unit: $(UNIT_BIN)
 	$(Q)set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t --timeout 60 -j2; done
 
 integration: all $(TEST_HELPERS)
 	$(Q)BUILD=$(BUILD) bash tests/integration/run.sh
 
-test: unit integration
+test: unit fuzz-smoke integration
 
 demo: all
 	$(Q)BUILD=$(BUILD) bash tools/demo.sh
@@ -110,7 +132,7 @@ bench: all
 clean:
 	rm -rf build build-san
 
-.PHONY: all unit integration test demo bench clean
+.PHONY: all unit integration test demo bench clean fuzz fuzz-smoke
 .SECONDARY:
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -20,9 +20,12 @@
 # Part 5, coordinated prep against torchvision 0.14 (tools/bench/prep.sh):
 # images per CPU-second, CPU of k jobs sharing a group, consumer GB/s.
 #
-# Environment: BENCH_PARTS ("1 2 3 4 5"), BENCH_FILES (12000), BENCH_EPOCHS (5),
+# Part 6, partitioned peers (tools/bench/peers.sh): three nodes on loopback,
+# storage bytes per epoch with and without peers, peer latency and GB/s.
+#
+# Environment: BENCH_PARTS ("1 2 3 4 5 6"), BENCH_FILES (12000), BENCH_EPOCHS (5),
 # BENCH_SCAN_FILES (1000000; 0 skips part 2), BENCH_DIR (build/bench-data);
-# parts 3, 4 and 5 take THRASH_*, CHUNK_* and PREPB_* (see their scripts).
+# parts 3 to 6 take THRASH_*, CHUNK_*, PREPB_* and PEERB_* (see their scripts).
 set -eu
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -30,7 +33,7 @@ FILES=${BENCH_FILES:-12000}
 EPOCHS=${BENCH_EPOCHS:-5}
 SCAN_FILES=${BENCH_SCAN_FILES:-1000000}
 DATA=${BENCH_DIR:-build/bench-data}
-PARTS=${BENCH_PARTS:-1 2 3 4 5}
+PARTS=${BENCH_PARTS:-1 2 3 4 5 6}
 part() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 W=$(mktemp -d /tmp/epochfs-bench.XXXXXX)
 PIDS=""
@@ -160,4 +163,8 @@ fi
 
 if part 5; then
 	BUILD=$BUILD bash tools/bench/prep.sh
+fi
+
+if part 6; then
+	BUILD=$BUILD bash tools/bench/peers.sh
 fi
