@@ -206,8 +206,9 @@ static void finish_all(struct preq *list, ssize_t res)
 }
 
 /* Takes a client connection down: every request in flight goes to storage.
- * Peer thread, lock not held. */
-static void client_fail(struct conn *k, const char *why)
+ * A peer that said it is shutting down is no fault: logged as information,
+ * not counted. Peer thread, lock not held. */
+static void client_down(struct conn *k, const char *why, int goodbye)
 {
 	struct peer *p = k->p;
 	struct preq *list;
@@ -235,10 +236,19 @@ static void client_fail(struct conn *k, const char *why)
 	proto_dec_init(&k->dec, PROTO_CLIENT);
 	pthread_mutex_unlock(&k->lock);
 	set_state(p, (unsigned)k->rank, PS_DOWN);
-	node_error(p, k->rank);
-	log_warn("peer %s: %s; its items are read from storage%s, retry in %.1f s",
-		 p->cl.nodes[k->rank].id, why, was_up ? " from now on" : "", k->backoff);
+	if (goodbye) {
+		log_info("peer %s: shut down; its items are read from storage", p->cl.nodes[k->rank].id);
+	} else {
+		node_error(p, k->rank);
+		log_warn("peer %s: %s; its items are read from storage%s, retry in %.1f s",
+			 p->cl.nodes[k->rank].id, why, was_up ? " from now on" : "", k->backoff);
+	}
 	finish_all(list, -EAGAIN);
+}
+
+static void client_fail(struct conn *k, const char *why)
+{
+	client_down(k, why, 0);
 }
 
 static void src_read(void *ctx, uint32_t id, const char *rel, const struct index_version *v,
@@ -539,7 +549,7 @@ static int on_client_frame(void *arg, const struct proto_frame *f)
 		int32_t code;
 		proto_dec_error(f, &code, msg, sizeof(msg));
 		x->why = msg;
-		return -EPROTO;
+		return code == -ESHUTDOWN ? -ESHUTDOWN : -EPROTO;
 	}
 	}
 	x->why = "sent an unexpected frame";
@@ -690,7 +700,7 @@ static int on_server_frame(void *arg, const struct proto_frame *f)
 		return 0;
 	}
 	case PROTO_ERROR:
-		x->why = "closed by the peer";
+		x->why = "closed";      /* a goodbye or a refusal: no fault of ours */
 		return -EPROTO;
 	}
 	x->why = "unexpected frame";
@@ -839,10 +849,11 @@ static void on_client_event(struct peer *p, struct conn *k, uint32_t ev)
 			if (n < 0)
 				break;
 			struct cctx x = { .k = k };
-			if (proto_feed(&k->dec, buf, (size_t)n, on_client_frame, &x)) {
+			int r = proto_feed(&k->dec, buf, (size_t)n, on_client_frame, &x);
+			if (r) {
 				char why[200];
 				snprintf(why, sizeof(why), "%s", x.why ? x.why : "broke the protocol");
-				client_fail(k, why);
+				client_down(k, why, r == -ESHUTDOWN);
 				if (x.done)
 					finish(x.done, x.res);
 				return;
@@ -1141,6 +1152,15 @@ void peer_free(struct peer *p)
 		wake(p);
 		pthread_join(p->th, NULL);
 	}
+	/* Say goodbye, so peers log a shutdown, not a fault (best effort). */
+	uint8_t bye[PROTO_HDR + 64];
+	int nbye = proto_enc_error(bye, sizeof(bye), -ESHUTDOWN, "shutting down");
+	for (unsigned i = 0; p->out && i < p->cl.n; i++)
+		if (p->out[i].fd >= 0 && p->out[i].state == PS_UP)
+			(void)!send(p->out[i].fd, bye, (size_t)nbye, MSG_NOSIGNAL | MSG_DONTWAIT);
+	for (struct conn *k = p->servers; k; k = k->next)
+		if (k->fd >= 0 && k->state == 2)
+			(void)!send(k->fd, bye, (size_t)nbye, MSG_NOSIGNAL | MSG_DONTWAIT);
 	/* Served reads still in the core answer into their connections: wait
 	 * for them (storage reads end; bounded anyway). */
 	for (int i = 0; i < 1000 && __atomic_load_n(&p->inflight, __ATOMIC_ACQUIRE); i++)
