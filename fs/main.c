@@ -77,8 +77,9 @@ static int setup_peers(const struct options *o, struct core *core)
 		r = cluster_add_slurm(&cl, nodelist, o->peer_port, err, sizeof(err));
 		if (!r && rank < 0) {
 			rank = strtol(nodeid, &end, 10);
-			if (!*nodeid || *end || rank < 0) {
-				snprintf(err, sizeof(err), "SLURM_NODEID=%s: not a node number", nodeid);
+			if (!*nodeid || *end || rank < 0 || (unsigned long)rank >= cl.n) {
+				snprintf(err, sizeof(err), "SLURM_NODEID=%s: not a node of SLURM_JOB_NODELIST "
+					 "(%u nodes)", nodeid, cl.n);
 				r = -EINVAL;
 			}
 		}

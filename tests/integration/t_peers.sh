@@ -86,4 +86,17 @@ ok "a lying peer is caught by the checksum; node 1 served storage's bytes"
 stop_node 2
 stop_node 1
 stop_node 0
+
+# --cache-remote: spare budget keeps other nodes' items too, so node 0's
+# second pass is all local hits (without it, two thirds came from peers).
+for r in 0 1 2; do start_node "$r" -- --peers "$PEERS" --secret-file "$T/secret" --cache-remote; done
+[ "$(read_all 0 51)" = 0 ] || fail "--cache-remote: wrong bytes"
+drop_caches
+p1=$(stat_of "$T/m0" peer_read_bytes) s1=$(stat_of "$T/m0" storage_read_bytes)
+[ "$(read_all 0 52)" = 0 ] || fail "--cache-remote: wrong bytes on the second pass"
+[ "$(stat_of "$T/m0" peer_read_bytes)" = "$p1" ] && [ "$(stat_of "$T/m0" storage_read_bytes)" = "$s1" ] ||
+	fail "--cache-remote: node 0 still fetched on its second pass"
+[ "$p1" -gt 0 ] || fail "--cache-remote: the first pass took nothing from peers"
+ok "--cache-remote: node 0's second pass was all local hits ($p1 bytes came from peers once)"
+for r in 0 1 2; do stop_node "$r"; done
 ! grep -E "AddressSanitizer|runtime error" "$T"/err* || fail "sanitizer reports above"
