@@ -183,9 +183,12 @@ void core_close(struct core *c)
 {
 	if (!c)
 		return;
-	if (c->peer.stop)
-		c->peer.stop(c->peer.ctx);  /* it serves and fetches through the core */
-	prepdir_free(c->prep);      /* its groups read through the core: first */
+	prepdir_free(c->prep);      /* its groups read through the core (and peers): first */
+	if (c->peer.stop) {         /* it serves and fetches through the core: next */
+		c->peer.stop(c->peer.ctx);
+		memset(&c->peer, 0, sizeof(c->peer));
+		c->nsources = 0;        /* the peer source was the only one */
+	}
 	watch_stop(c->watch);
 	maint_stop(c->maint);
 	storage_free(c->st);

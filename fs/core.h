@@ -56,8 +56,8 @@ struct core_peer_hooks {
 	/* Cache bytes items owned elsewhere may take (--cache-remote). */
 	uint64_t remote_budget;
 	/* Called at the end of core_start() (threads may start: after the
-	 * fork), and first thing in core_close(), which then owns nothing of
-	 * the peer layer any more. */
+	 * fork), and in core_close() once prep's workers are gone, before
+	 * anything the peer layer reads through is freed. */
 	int (*start)(void *ctx);
 	void (*stop)(void *ctx);
 };

@@ -856,10 +856,28 @@ static void on_accept(struct peer *p)
 	}
 }
 
-static void on_client_event(struct peer *p, struct conn *k, uint32_t ev)
+/* Reads what K's socket holds and feeds it to K's decoder with FN. 0: all
+ * read; 1: closed or broken; else the decoder's (FN's) error. */
+static int pump(struct conn *k, proto_frame_fn fn, void *arg)
 {
 	uint8_t buf[65536];
 
+	for (;;) {
+		ssize_t n = recv(k->fd, buf, sizeof(buf), MSG_DONTWAIT);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			return 0;
+		if (n <= 0)
+			return 1;
+		int r = proto_feed(&k->dec, buf, (size_t)n, fn, arg);
+		if (r)
+			return r;
+	}
+}
+
+static void on_client_event(struct peer *p, struct conn *k, uint32_t ev)
+{
 	if (k->fd < 0)
 		return;
 	if (k->state == PS_CONNECTING && (ev & (EPOLLOUT | EPOLLERR | EPOLLHUP))) {
@@ -874,24 +892,19 @@ static void on_client_event(struct peer *p, struct conn *k, uint32_t ev)
 		}
 	}
 	if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
-		for (;;) {
-			ssize_t n = recv(k->fd, buf, sizeof(buf), MSG_DONTWAIT);
-			if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-				client_fail(k, n == 0 ? "closed the connection" : "connection broken");
-				return;
-			}
-			if (n < 0)
-				break;
-			struct cctx x = { .k = k };
-			int r = proto_feed(&k->dec, buf, (size_t)n, on_client_frame, &x);
-			if (r) {
-				char why[200];
-				snprintf(why, sizeof(why), "%s", x.why ? x.why : "broke the protocol");
-				client_down(k, why, r == -ESHUTDOWN);
-				if (x.done)
-					finish(x.done, x.res);
-				return;
-			}
+		struct cctx x = { .k = k };
+		int r = pump(k, on_client_frame, &x);
+		if (r == 1) {
+			client_fail(k, "closed the connection");
+			return;
+		}
+		if (r) {
+			char why[200];
+			snprintf(why, sizeof(why), "%s", x.why ? x.why : "broke the protocol");
+			client_down(k, why, r == -ESHUTDOWN);
+			if (x.done)
+				finish(x.done, x.res);
+			return;
 		}
 	}
 	if (flush(p, k) < 0)
@@ -900,24 +913,17 @@ static void on_client_event(struct peer *p, struct conn *k, uint32_t ev)
 
 static void on_server_event(struct peer *p, struct conn *k, uint32_t ev)
 {
-	uint8_t buf[65536];
-
 	if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
-		for (;;) {
-			ssize_t n = recv(k->fd, buf, sizeof(buf), MSG_DONTWAIT);
-			if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-				server_close(p, k, "closed");
-				return;
-			}
-			if (n < 0)
-				break;
-			struct sctx x = { .k = k };
-			int r = proto_feed(&k->dec, buf, (size_t)n, on_server_frame, &x);
-			if (r) {
-				flush(p, k);    /* a refusal's ERROR frame, if any */
-				server_close(p, k, x.why ? x.why : "protocol error");
-				return;
-			}
+		struct sctx x = { .k = k };
+		int r = pump(k, on_server_frame, &x);
+		if (r == 1) {
+			server_close(p, k, "closed");
+			return;
+		}
+		if (r) {
+			flush(p, k);    /* a refusal's ERROR frame, if any */
+			server_close(p, k, x.why ? x.why : "protocol error");
+			return;
 		}
 	}
 	if (flush(p, k) < 0)
