@@ -437,8 +437,7 @@ static int start_connect(struct peer *p, struct conn *k)
 	return r;
 }
 
-/* Finds and unlinks the pending request TAG when DONE, else just finds it.
- * Lock held. */
+/* The pending request TAG, or NULL. Lock held. */
 static struct preq *find_req(struct conn *k, uint64_t tag)
 {
 	for (struct preq *r = k->pending; r; r = r->next)
@@ -447,6 +446,7 @@ static struct preq *find_req(struct conn *k, uint64_t tag)
 	return NULL;
 }
 
+/* Takes R off K's pending list. Lock held. */
 static void unlink_req(struct conn *k, struct preq *r)
 {
 	struct preq **pp = &k->pending, *prev = NULL;
