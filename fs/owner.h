@@ -30,6 +30,11 @@ unsigned owner_nodes(const struct owner *o);
  * (LEN bytes, not NUL-terminated necessarily). */
 unsigned owner_of(const struct owner *o, const char *rel, size_t len, uint32_t chunk);
 
+/* The owner and the runner-up (the second heaviest node; the owner itself
+ * when there is one node): where an item spills when its owner is full. */
+void owner_top2(const struct owner *o, const char *rel, size_t len, uint32_t chunk,
+		unsigned *first, unsigned *second);
+
 /* A digest of the table (the names, in order) and of CHUNK_SIZE: two nodes
  * agree on every owner exactly when their digests are equal. */
 uint64_t owner_digest(const struct owner *o, uint32_t chunk_size);

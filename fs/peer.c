@@ -67,6 +67,10 @@ struct preq {
 	int own_buf;                /* BUF is ours (the core gave none) */
 	size_t want, got;
 	double deadline;
+	int spill;                  /* asked of the runner-up */
+	off_t off;                  /* what was asked, to ask again elsewhere */
+	struct index_version v;
+	char *rel;
 	XXH3_state_t h;
 	source_done_fn done;
 	void *arg;
@@ -122,6 +126,7 @@ struct peer {
 	struct sockaddr_storage *addr;
 	socklen_t *alen;
 	struct node_stats *ns;
+	int *full;                  /* [n] atomic: that node's cache refused an item */
 	unsigned inflight;          /* served reads in the core (atomic) */
 	struct conn *graveyard;     /* closed server connections, freed when idle */
 	int lie;
@@ -207,12 +212,18 @@ static int send_or_queue(struct conn *k, const uint8_t *data, size_t len)
 
 /* ---- the client side: a source in front of storage ---------------- */
 
+static void free_req(struct preq *r)
+{
+	if (r->own_buf)
+		free(r->buf);
+	free(r->rel);
+	free(r);
+}
+
 static void finish(struct preq *r, ssize_t res)
 {
 	r->done(r->arg, res, res > 0 ? r->buf : NULL);
-	if (r->own_buf)
-		free(r->buf);
-	free(r);
+	free_req(r);
 }
 
 static void finish_all(struct preq *list, ssize_t res)
@@ -270,18 +281,31 @@ static void client_fail(struct conn *k, const char *why)
 	client_down(k, why, 0);
 }
 
-static void src_read(void *ctx, uint32_t id, const char *rel, const struct index_version *v,
-		     off_t off, size_t len, void *buf, source_done_fn done, void *arg)
+/* Asks the owner of the item for the bytes; with REFUSED (the owner
+ * answered that it is full and does not hold them), or when we are the
+ * owner and full, its runner-up instead. Always the owner first otherwise:
+ * it may hold the item from before it filled up. */
+static void ask(struct peer *p, const char *rel, const struct index_version *v, off_t off,
+		size_t len, void *buf, source_done_fn done, void *arg, int refused)
 {
-	struct peer *p = ctx;
 	uint32_t chunk_size = core_chunk(p->c), chunk = (uint32_t)((uint64_t)off / chunk_size);
 	size_t plen = strlen(rel);
-	unsigned who;
-	(void)id;
+	unsigned first, second, who, self = p->cl.self;
+	int spill = 0;
 
 	if (!len || (uint64_t)(off + (off_t)len - 1) / chunk_size != chunk || plen > PROTO_MAX_PATH ||
-	    len > PROTO_MAX_READ || (who = owner_of(p->own, rel, plen, chunk)) == p->cl.self) {
+	    len > PROTO_MAX_READ) {
 		done(arg, -EAGAIN, NULL);
+		return;
+	}
+	owner_top2(p->own, rel, plen, chunk, &first, &second);
+	who = first;
+	if (refused || (first == self && core_cache_full(p->c))) {
+		who = second;               /* keeps what the owner cannot */
+		spill = 1;
+	}
+	if (who == self) {
+		done(arg, -EAGAIN, NULL);   /* ours to read from storage (and keep, if we may) */
 		return;
 	}
 	struct conn *k = &p->out[who];
@@ -291,30 +315,31 @@ static void src_read(void *ctx, uint32_t id, const char *rel, const struct index
 		done(arg, -EAGAIN, NULL);
 		return;
 	}
-	*r = (struct preq){ .buf = buf, .want = len, .done = done, .arg = arg };
+	*r = (struct preq){ .buf = buf, .want = len, .done = done, .arg = arg, .spill = spill,
+			    .off = off, .v = *v, .rel = strdup(rel) };
 	if (!buf) {
 		r->own_buf = 1;
-		if (!(r->buf = malloc(len))) {
-			free(r);
-			done(arg, -EAGAIN, NULL);
-			return;
-		}
+		r->buf = malloc(len);
+	}
+	if (!r->buf || !r->rel) {
+		free_req(r);
+		done(arg, -EAGAIN, NULL);
+		return;
 	}
 	XXH3_64bits_reset(&r->h);
 	double t = now();
 	pthread_mutex_lock(&k->lock);
 	if ((k->state == PS_DOWN && t < k->retry_at) || k->npending >= MAX_PENDING) {
 		pthread_mutex_unlock(&k->lock);
-		if (r->own_buf)
-			free(r->buf);
-		free(r);
+		free_req(r);
 		done(arg, -EAGAIN, NULL);
 		return;
 	}
 	r->tag = ++k->next_tag;
 	r->deadline = t + p->timeout;
 	struct proto_read rd = { .size = v->size, .mtime_ns = v->mtime_ns, .off = (uint64_t)off,
-				 .len = (uint32_t)len, .path_len = (uint16_t)plen, .path = rel };
+				 .len = (uint32_t)len, .path_len = (uint16_t)plen, .path = rel,
+				 .flags = spill ? PROTO_READ_SPILL : 0 };
 	int n = proto_enc_read(frame, sizeof(frame), r->tag, &rd);
 	int up = k->state == PS_UP, sent = 0;
 	if (n >= 0 && up)
@@ -323,9 +348,7 @@ static void src_read(void *ctx, uint32_t id, const char *rel, const struct index
 		sent = queue(&k->held, &k->held_tail, frame, (size_t)n);
 	if (n < 0 || sent < 0) {
 		pthread_mutex_unlock(&k->lock);
-		if (r->own_buf)
-			free(r->buf);
-		free(r);
+		free_req(r);
 		done(arg, -EAGAIN, NULL);
 		return;
 	}
@@ -342,11 +365,22 @@ static void src_read(void *ctx, uint32_t id, const char *rel, const struct index
 		wake(p);
 }
 
+/* Ours to keep: we own it, or we are its runner-up and its owner is full. */
+static void src_read(void *ctx, uint32_t id, const char *rel, const struct index_version *v,
+		     off_t off, size_t len, void *buf, source_done_fn done, void *arg)
+{
+	(void)id;
+	ask(ctx, rel, v, off, len, buf, done, arg, 0);
+}
+
 static int src_owns(void *ctx, const char *rel, uint32_t chunk)
 {
 	struct peer *p = ctx;
+	unsigned first, second;
 
-	return owner_of(p->own, rel, strlen(rel), chunk) == p->cl.self;
+	owner_top2(p->own, rel, strlen(rel), chunk, &first, &second);
+	return first == p->cl.self ||
+	       (second == p->cl.self && __atomic_load_n(&p->full[first], __ATOMIC_RELAXED));
 }
 
 /* The proofs: HMAC (crypto_auth) over a role byte, both nonces (the
@@ -503,6 +537,7 @@ static int on_client_frame(void *arg, const struct proto_frame *f)
 			x->why = "skipped authentication";
 			return -EPROTO;
 		}
+		__atomic_store_n(&p->full[k->rank], 0, __ATOMIC_RELAXED);  /* maybe restarted, empty */
 		pthread_mutex_lock(&k->lock);
 		k->state = PS_UP;
 		k->backoff = 0;
@@ -561,6 +596,14 @@ static int on_client_frame(void *arg, const struct proto_frame *f)
 		if (e.status > 0) {
 			stats_add(&p->c->stats, STAT_PEER_READ_BYTES, (uint64_t)e.status);
 			__atomic_add_fetch(&p->ns[k->rank].read_bytes, (uint64_t)e.status, __ATOMIC_RELAXED);
+		}
+		if (e.status == -ENOSPC && !r->spill) {
+			/* The owner is full (for good: it never evicts). Ask again,
+			 * now of the runner-up, with the same buffer and callback. */
+			__atomic_store_n(&p->full[k->rank], 1, __ATOMIC_RELAXED);
+			ask(p, r->rel, &r->v, r->off, r->want, r->own_buf ? NULL : r->buf, r->done, r->arg, 1);
+			free_req(r);
+			return 0;
 		}
 		/* A refusal (the file is another version there, gone, ...) is
 		 * no fault: storage gives the definite answer. */
@@ -728,9 +771,18 @@ static int on_server_frame(void *arg, const struct proto_frame *f)
 		s->tag = f->tag;
 		memcpy(path, rd.path, rd.path_len);
 		path[rd.path_len] = '\0';
+		if (rd.flags & PROTO_READ_SPILL) {
+			/* Its owner is full: as its runner-up, we may keep it. */
+			unsigned first, second;
+			uint32_t chunk = (uint32_t)(rd.off / core_chunk(p->c));
+			owner_top2(p->own, path, rd.path_len, chunk, &first, &second);
+			if (first != p->cl.self)
+				__atomic_store_n(&p->full[first], 1, __ATOMIC_RELAXED);
+		}
 		__atomic_add_fetch(&k->inflight, 1, __ATOMIC_ACQ_REL);
 		__atomic_add_fetch(&p->inflight, 1, __ATOMIC_ACQ_REL);
-		core_read_peer(p->c, path, rd.size, rd.mtime_ns, (off_t)rd.off, rd.len, served, s);
+		core_read_peer(p->c, path, rd.size, rd.mtime_ns, (off_t)rd.off, rd.len,
+			       !!(rd.flags & PROTO_READ_SPILL), served, s);
 		return 0;
 	}
 	case PROTO_ERROR:
@@ -1112,8 +1164,9 @@ int peer_new(struct core *c, const struct peer_opts *o, struct peer **out, char 
 	p->ns = calloc(p->cl.n, sizeof(*p->ns));
 	p->addr = calloc(p->cl.n, sizeof(*p->addr));
 	p->alen = calloc(p->cl.n, sizeof(*p->alen));
+	p->full = calloc(p->cl.n, sizeof(*p->full));
 	ids = calloc(p->cl.n, sizeof(*ids));
-	if (!p->cl.nodes || !p->out || !p->ns || !p->addr || !p->alen || !ids)
+	if (!p->cl.nodes || !p->out || !p->ns || !p->addr || !p->alen || !p->full || !ids)
 		goto fail;
 	memcpy(p->cl.nodes, o->cl->nodes, p->cl.n * sizeof(*p->cl.nodes));
 	for (unsigned i = 0; i < p->cl.n; i++) {
@@ -1235,6 +1288,7 @@ void peer_free(struct peer *p)
 	free(p->ns);
 	free(p->addr);
 	free(p->alen);
+	free(p->full);
 	free(p);
 }
 

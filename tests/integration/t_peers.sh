@@ -87,6 +87,27 @@ stop_node 2
 stop_node 1
 stop_node 0
 
+# Spill: node 0's cache holds well under its share (D/5), nodes 1 and 2
+# have room to spare (D/2 each). What node 0 owns but cannot keep goes to
+# each item's runner-up, so after epoch 0 the cluster still reads nothing
+# from storage.
+start_node 0 -- --peers "$PEERS" --secret-file "$T/secret" --cache-size $((bytes / 5))
+for r in 1 2; do start_node "$r" -- --peers "$PEERS" --secret-file "$T/secret" --cache-size $((bytes / 2)); done
+for r in 0 1 2; do read_all "$r" $((r + 60)) > "$T/bad$r" & done
+wait $(jobs -p | tail -3)
+for r in 0 1 2; do [ "$(cat "$T/bad$r")" = 0 ] || fail "spill, epoch 0, node $r: files differ"; done
+s0=$(total storage_read_bytes)
+[ "$(stat_of "$T/m0" cache_full)" -gt 0 ] || fail "node 0's cache never filled: the spill was not exercised"
+drop_caches
+for r in 0 1 2; do read_all "$r" $((r + 70)) > "$T/bad$r" & done
+wait $(jobs -p | tail -3)
+for r in 0 1 2; do [ "$(cat "$T/bad$r")" = 0 ] || fail "spill, epoch 1, node $r: files differ"; done
+s1=$(total storage_read_bytes)
+[ "$s0" -le $((bytes * 102 / 100)) ] || fail "spill: epoch 0 read $s0 storage bytes for $bytes"
+[ "$s1" = "$s0" ] || fail "spill: epoch 1 read $((s1 - s0)) bytes from storage"
+ok "spill: node 0 full at D/5, its overflow kept by the runners-up; epoch 1 read 0 storage bytes"
+for r in 0 1 2; do stop_node "$r"; done
+
 # --cache-remote: spare budget keeps other nodes' items too, so node 0's
 # second pass is all local hits (without it, two thirds came from peers).
 for r in 0 1 2; do start_node "$r" -- --peers "$PEERS" --secret-file "$T/secret" --cache-remote; done

@@ -81,3 +81,30 @@ Test(owner, refuses_bad_tables)
 	cr_expect_eq(owner_of(o, "x", 1, 5), 0u);
 	owner_free(o);
 }
+
+/* The runner-up is the owner of the table without the owner: spilling goes
+ * where the item would move if its owner left. */
+Test(owner, runner_up_is_the_next_owner)
+{
+	static const char *const four[] = { "a:1", "b:1", "c:1", "d:1" };
+	struct owner *all;
+	char key[32];
+
+	cr_assert_eq(owner_new(four, 4, &all), 0);
+	for (int i = 0; i < 3000; i++) {
+		int len = snprintf(key, sizeof(key), "k%d", i);
+		unsigned first, second;
+		owner_top2(all, key, (size_t)len, 0, &first, &second);
+		cr_assert_neq(first, second);
+		const char *rest[3];
+		int n = 0;
+		for (unsigned j = 0; j < 4; j++)
+			if (j != first)
+				rest[n++] = four[j];
+		struct owner *without;
+		cr_assert_eq(owner_new(rest, 3, &without), 0);
+		cr_assert_str_eq(rest[owner_of(without, key, (size_t)len, 0)], four[second]);
+		owner_free(without);
+	}
+	owner_free(all);
+}
