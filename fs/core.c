@@ -203,7 +203,7 @@ void core_close(struct core *c)
 
 /* What a read_item() call is: a whole request, one item's share of a
  * request (struct core_multi), or a read a peer asked for. */
-enum { PART_NO, PART_YES, PART_PEER, PART_PEER_SPILL };
+enum { PART_NO, PART_YES, PART_PEER };
 
 /* One read in flight past core_read(): the storage fallback, a cache load,
  * or a wait on another request's load. A PART is one item's share of a
@@ -242,7 +242,7 @@ static void reply_request(struct core *c, uint32_t id, ssize_t res, const void *
 
 static void reply(struct core_read_ctx *x, ssize_t res, const void *buf, int from_cache)
 {
-	if (res >= 0 && x->part < PART_PEER)
+	if (res >= 0 && x->part != PART_PEER)
 		stats_add(&x->c->stats, from_cache ? STAT_CACHE_HIT_BYTES : STAT_CACHE_MISS_BYTES,
 			  (uint64_t)res);
 	if (x->part)
@@ -449,8 +449,9 @@ static void read_item(struct core *c, uint32_t id, const struct index_attr *a, o
 		return;
 	}
 	if (part == PART_PEER) {
-		/* The owner cannot keep it: the asker tries the runner-up, which
-		 * may, rather than have us read storage for nothing kept. */
+		/* We cannot keep it: the asker tries the next node of the item's
+		 * ranking, which may, rather than have us read storage for
+		 * nothing kept. */
 		done(arg, -ENOSPC, NULL);
 		free(x);
 		return;
@@ -612,7 +613,7 @@ ssize_t core_read_file(struct core *c, const char *rel, void **buf, size_t *cap)
 }
 
 void core_read_peer(struct core *c, const char *rel, uint64_t size, int64_t mtime_ns, off_t off,
-		    size_t len, int spill, core_read_fn done, void *arg)
+		    size_t len, core_read_fn done, void *arg)
 {
 	struct index_attr a;
 	int err = lookup_rel(c, rel, strlen(rel), &a);
@@ -640,7 +641,7 @@ void core_read_peer(struct core *c, const char *rel, uint64_t size, int64_t mtim
 		done(arg, -EINVAL, NULL);
 		return;
 	}
-	read_item(c, a.id, &a, off, len, spill ? PART_PEER_SPILL : PART_PEER, done, arg);
+	read_item(c, a.id, &a, off, len, PART_PEER, done, arg);
 }
 
 void core_set_peer_hooks(struct core *c, const struct core_peer_hooks *h)

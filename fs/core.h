@@ -136,11 +136,11 @@ ssize_t core_read_file(struct core *c, const char *rel, void **buf, size_t *cap)
  * one cache item, from the RAM cache or by loading the item if it may be
  * admitted (hooks.owns). DONE gets the bytes, or -ENOENT (no such regular
  * file), -ESTALE (another version here), -EINVAL (spans items), -ENOSPC
- * (not cached and not admitted: the cache is full; only without SPILL,
- * which reads storage then), -errno. Counted neither as a read nor as hit
- * or miss bytes (the peer layer counts it). */
+ * (not cached here and not admitted: the asker tries elsewhere), -errno.
+ * Counted neither as a read nor as hit or miss bytes (the peer layer
+ * counts it). */
 void core_read_peer(struct core *c, const char *rel, uint64_t size, int64_t mtime_ns, off_t off,
-		    size_t len, int spill, core_read_fn done, void *arg);
+		    size_t len, core_read_fn done, void *arg);
 /* True once the cache refused an admission for lack of budget (it never
  * evicts, so this holds until the remount), or when there is no cache. */
 int core_cache_full(const struct core *c);

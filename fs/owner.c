@@ -59,34 +59,39 @@ unsigned owner_nodes(const struct owner *o)
 	return o->n;
 }
 
-void owner_top2(const struct owner *o, const char *rel, size_t len, uint32_t chunk,
-		unsigned *first, unsigned *second)
+unsigned owner_of(const struct owner *o, const char *rel, size_t len, uint32_t chunk)
 {
-	uint64_t key = XXH3_64bits_withSeed(rel, len, chunk), w1 = 0, w2 = 0;
-	unsigned a = 0, b = 0;
+	uint64_t key = XXH3_64bits_withSeed(rel, len, chunk), best = 0;
+	unsigned who = 0;
 
 	for (unsigned i = 0; i < o->n; i++) {
 		uint64_t w = mix(key ^ o->seed[i]);
-		if (i == 0 || w > w1) {
-			w2 = w1;
-			b = a;
-			w1 = w;
-			a = i;
-		} else if (i == 1 || w > w2) {
-			w2 = w;
-			b = i;
+		if (i == 0 || w > best) {
+			best = w;
+			who = i;
 		}
 	}
-	*first = a;
-	*second = o->n > 1 ? b : a;
+	return who;
 }
 
-unsigned owner_of(const struct owner *o, const char *rel, size_t len, uint32_t chunk)
+void owner_ranking(const struct owner *o, const char *rel, size_t len, uint32_t chunk,
+		   unsigned *out)
 {
-	unsigned first, second;
+	uint64_t key = XXH3_64bits_withSeed(rel, len, chunk), w[o->n];
 
-	owner_top2(o, rel, len, chunk, &first, &second);
-	return first;
+	/* Insertion sort, heaviest first, ties to the lower index: n is a
+	 * cluster's size, and this runs on misses only. */
+	for (unsigned i = 0; i < o->n; i++) {
+		uint64_t wi = mix(key ^ o->seed[i]);
+		unsigned j = i;
+		while (j > 0 && w[j - 1] < wi) {
+			w[j] = w[j - 1];
+			out[j] = out[j - 1];
+			j--;
+		}
+		w[j] = wi;
+		out[j] = i;
+	}
 }
 
 uint64_t owner_digest(const struct owner *o, uint32_t chunk_size)

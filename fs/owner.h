@@ -30,10 +30,12 @@ unsigned owner_nodes(const struct owner *o);
  * (LEN bytes, not NUL-terminated necessarily). */
 unsigned owner_of(const struct owner *o, const char *rel, size_t len, uint32_t chunk);
 
-/* The owner and the runner-up (the second heaviest node; the owner itself
- * when there is one node): where an item spills when its owner is full. */
-void owner_top2(const struct owner *o, const char *rel, size_t len, uint32_t chunk,
-		unsigned *first, unsigned *second);
+/* The item's nodes from heaviest to lightest (OUT[0] is the owner; OUT has
+ * room for owner_nodes() entries): where the item spills, in order, while
+ * the nodes before are full. Removing a node from the table removes it from
+ * every ranking and keeps the others' order. */
+void owner_ranking(const struct owner *o, const char *rel, size_t len, uint32_t chunk,
+		   unsigned *out);
 
 /* A digest of the table (the names, in order) and of CHUNK_SIZE: two nodes
  * agree on every owner exactly when their digests are equal. */

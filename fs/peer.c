@@ -50,6 +50,7 @@
 #define BACKOFF_MIN 0.5
 #define BACKOFF_MAX 30.0
 #define MAX_NODE_SAMPLES 64         /* per-node samples for this many nodes */
+#define MAX_SPILL 2                 /* runner-ups asked after a full owner */
 
 enum pstate { PS_SELF, PS_UP, PS_CONNECTING, PS_DOWN };     /* shown as numbers */
 
@@ -67,7 +68,7 @@ struct preq {
 	int own_buf;                /* BUF is ours (the core gave none) */
 	size_t want, got;
 	double deadline;
-	int spill;                  /* asked of the runner-up */
+	unsigned level;             /* the asked node's place in the item's ranking */
 	off_t off;                  /* what was asked, to ask again elsewhere */
 	struct index_version v;
 	char *rel;
@@ -281,31 +282,32 @@ static void client_fail(struct conn *k, const char *why)
 	client_down(k, why, 0);
 }
 
-/* Asks the owner of the item for the bytes; with REFUSED (the owner
- * answered that it is full and does not hold them), or when we are the
- * owner and full, its runner-up instead. Always the owner first otherwise:
- * it may hold the item from before it filled up. */
+/* Asks the node at LEVEL of the item's ranking for the bytes (0: the
+ * owner). A node that answers -ENOSPC (full, and without the item) sends
+ * the read one level down, at most MAX_SPILL times; we skip ourselves when
+ * full and this read is not a load into our cache. Each full node is still asked: it may hold the item from before it
+ * filled up, and asking the next one instead would load a duplicate. */
 static void ask(struct peer *p, const char *rel, const struct index_version *v, off_t off,
-		size_t len, void *buf, source_done_fn done, void *arg, int refused)
+		size_t len, void *buf, source_done_fn done, void *arg, unsigned level)
 {
 	uint32_t chunk_size = core_chunk(p->c), chunk = (uint32_t)((uint64_t)off / chunk_size);
 	size_t plen = strlen(rel);
-	unsigned first, second, who, self = p->cl.self;
-	int spill = 0;
+	unsigned rank[p->cl.n], who, self = p->cl.self;
 
 	if (!len || (uint64_t)(off + (off_t)len - 1) / chunk_size != chunk || plen > PROTO_MAX_PATH ||
 	    len > PROTO_MAX_READ) {
 		done(arg, -EAGAIN, NULL);
 		return;
 	}
-	owner_top2(p->own, rel, plen, chunk, &first, &second);
-	who = first;
-	if (refused || (first == self && core_cache_full(p->c))) {
-		who = second;               /* keeps what the owner cannot */
-		spill = 1;
-	}
-	if (who == self) {
-		done(arg, -EAGAIN, NULL);   /* ours to read from storage (and keep, if we may) */
+	owner_ranking(p->own, rel, plen, chunk, rank);
+	/* We pass our own turn only for a read we could not keep (no BUF): a
+	 * load into our cache (BUF) reads storage, or the node we asked could
+	 * ask us back for the very item we are loading, and both would wait. */
+	while (level <= MAX_SPILL && level < p->cl.n && rank[level] == self && !buf &&
+	       core_cache_full(p->c))
+		level++;
+	if (level > MAX_SPILL || level >= p->cl.n || (who = rank[level]) == self) {
+		done(arg, -EAGAIN, NULL);   /* storage: ours to keep, if we may, or nobody's */
 		return;
 	}
 	struct conn *k = &p->out[who];
@@ -315,7 +317,7 @@ static void ask(struct peer *p, const char *rel, const struct index_version *v, 
 		done(arg, -EAGAIN, NULL);
 		return;
 	}
-	*r = (struct preq){ .buf = buf, .want = len, .done = done, .arg = arg, .spill = spill,
+	*r = (struct preq){ .buf = buf, .want = len, .done = done, .arg = arg, .level = level,
 			    .off = off, .v = *v, .rel = strdup(rel) };
 	if (!buf) {
 		r->own_buf = 1;
@@ -339,7 +341,7 @@ static void ask(struct peer *p, const char *rel, const struct index_version *v, 
 	r->deadline = t + p->timeout;
 	struct proto_read rd = { .size = v->size, .mtime_ns = v->mtime_ns, .off = (uint64_t)off,
 				 .len = (uint32_t)len, .path_len = (uint16_t)plen, .path = rel,
-				 .flags = spill ? PROTO_READ_SPILL : 0 };
+				 .spill = (uint16_t)level };
 	int n = proto_enc_read(frame, sizeof(frame), r->tag, &rd);
 	int up = k->state == PS_UP, sent = 0;
 	if (n >= 0 && up)
@@ -365,7 +367,6 @@ static void ask(struct peer *p, const char *rel, const struct index_version *v, 
 		wake(p);
 }
 
-/* Ours to keep: we own it, or we are its runner-up and its owner is full. */
 static void src_read(void *ctx, uint32_t id, const char *rel, const struct index_version *v,
 		     off_t off, size_t len, void *buf, source_done_fn done, void *arg)
 {
@@ -373,14 +374,21 @@ static void src_read(void *ctx, uint32_t id, const char *rel, const struct index
 	ask(ctx, rel, v, off, len, buf, done, arg, 0);
 }
 
+/* Ours to keep: we own it, or every node ranked before us for it is full
+ * (within MAX_SPILL). */
 static int src_owns(void *ctx, const char *rel, uint32_t chunk)
 {
 	struct peer *p = ctx;
-	unsigned first, second;
+	unsigned rank[p->cl.n];
 
-	owner_top2(p->own, rel, strlen(rel), chunk, &first, &second);
-	return first == p->cl.self ||
-	       (second == p->cl.self && __atomic_load_n(&p->full[first], __ATOMIC_RELAXED));
+	owner_ranking(p->own, rel, strlen(rel), chunk, rank);
+	for (unsigned j = 0; j <= MAX_SPILL && j < p->cl.n; j++) {
+		if (rank[j] == p->cl.self)
+			return 1;
+		if (!__atomic_load_n(&p->full[rank[j]], __ATOMIC_RELAXED))
+			return 0;
+	}
+	return 0;
 }
 
 /* The proofs: HMAC (crypto_auth) over a role byte, both nonces (the
@@ -597,11 +605,12 @@ static int on_client_frame(void *arg, const struct proto_frame *f)
 			stats_add(&p->c->stats, STAT_PEER_READ_BYTES, (uint64_t)e.status);
 			__atomic_add_fetch(&p->ns[k->rank].read_bytes, (uint64_t)e.status, __ATOMIC_RELAXED);
 		}
-		if (e.status == -ENOSPC && !r->spill) {
-			/* The owner is full (for good: it never evicts). Ask again,
-			 * now of the runner-up, with the same buffer and callback. */
+		if (e.status == -ENOSPC) {
+			/* That node is full (for good: it never evicts). Ask the
+			 * next one, with the same buffer and callback. */
 			__atomic_store_n(&p->full[k->rank], 1, __ATOMIC_RELAXED);
-			ask(p, r->rel, &r->v, r->off, r->want, r->own_buf ? NULL : r->buf, r->done, r->arg, 1);
+			ask(p, r->rel, &r->v, r->off, r->want, r->own_buf ? NULL : r->buf, r->done, r->arg,
+			    r->level + 1);
 			free_req(r);
 			return 0;
 		}
@@ -771,18 +780,18 @@ static int on_server_frame(void *arg, const struct proto_frame *f)
 		s->tag = f->tag;
 		memcpy(path, rd.path, rd.path_len);
 		path[rd.path_len] = '\0';
-		if (rd.flags & PROTO_READ_SPILL) {
-			/* Its owner is full: as its runner-up, we may keep it. */
-			unsigned first, second;
+		if (rd.spill) {
+			/* The nodes ranked before us are full: we may keep it. */
+			unsigned rank[p->cl.n];
 			uint32_t chunk = (uint32_t)(rd.off / core_chunk(p->c));
-			owner_top2(p->own, path, rd.path_len, chunk, &first, &second);
-			if (first != p->cl.self)
-				__atomic_store_n(&p->full[first], 1, __ATOMIC_RELAXED);
+			owner_ranking(p->own, path, rd.path_len, chunk, rank);
+			for (unsigned j = 0; j < rd.spill && j < p->cl.n && j <= MAX_SPILL; j++)
+				if (rank[j] != p->cl.self)
+					__atomic_store_n(&p->full[rank[j]], 1, __ATOMIC_RELAXED);
 		}
 		__atomic_add_fetch(&k->inflight, 1, __ATOMIC_ACQ_REL);
 		__atomic_add_fetch(&p->inflight, 1, __ATOMIC_ACQ_REL);
-		core_read_peer(p->c, path, rd.size, rd.mtime_ns, (off_t)rd.off, rd.len,
-			       !!(rd.flags & PROTO_READ_SPILL), served, s);
+		core_read_peer(p->c, path, rd.size, rd.mtime_ns, (off_t)rd.off, rd.len, served, s);
 		return 0;
 	}
 	case PROTO_ERROR:

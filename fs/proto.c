@@ -231,7 +231,7 @@ int proto_enc_read(uint8_t *out, size_t cap, uint64_t tag, const struct proto_re
 	put64(b + 16, r->off);
 	put32(b + 24, r->len);
 	put16(b + 28, r->path_len);
-	put16(b + 30, r->flags);
+	put16(b + 30, r->spill);
 	memcpy(b + READ_FIXED, r->path, r->path_len);
 	return (int)(PROTO_HDR + len);
 }
@@ -240,9 +240,9 @@ int proto_dec_read(const struct proto_frame *f, struct proto_read *r)
 {
 	const uint8_t *b = f->body;
 
-	if (f->type != PROTO_READ || f->total < READ_FIXED || (get16(b + 30) & ~PROTO_READ_SPILL))
+	if (f->type != PROTO_READ || f->total < READ_FIXED)
 		return -EPROTO;
-	r->flags = get16(b + 30);
+	r->spill = get16(b + 30);
 	r->size = get64(b);
 	r->mtime_ns = (int64_t)get64(b + 8);
 	r->off = get64(b + 16);

@@ -99,10 +99,10 @@ struct proto_read {
 	uint64_t off;
 	uint32_t len;
 	uint16_t path_len;
-	uint16_t flags;             /* PROTO_READ_SPILL */
+	uint16_t spill;             /* 0: asked as the owner; J: as the item's J-th
+				     * runner-up, the J nodes ranked before being full */
 	const char *path;           /* not NUL-terminated; checked by proto_check_path */
 };
-#define PROTO_READ_SPILL 1u     /* the owner is full: the runner-up is asked to keep it */
 
 struct proto_end {
 	int32_t status;             /* bytes sent, or -errno (then no DATA came) */

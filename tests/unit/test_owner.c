@@ -82,29 +82,39 @@ Test(owner, refuses_bad_tables)
 	owner_free(o);
 }
 
-/* The runner-up is the owner of the table without the owner: spilling goes
- * where the item would move if its owner left. */
-Test(owner, runner_up_is_the_next_owner)
+/* Each node of an item's ranking is the owner of the table without the
+ * nodes ranked before it: spilling goes where the item would move if its
+ * owner (and the next ones) left. The ranking's head is owner_of(). */
+Test(owner, ranking_is_the_owner_after_departures)
 {
 	static const char *const four[] = { "a:1", "b:1", "c:1", "d:1" };
 	struct owner *all;
 	char key[32];
 
 	cr_assert_eq(owner_new(four, 4, &all), 0);
-	for (int i = 0; i < 3000; i++) {
+	for (int i = 0; i < 1000; i++) {
 		int len = snprintf(key, sizeof(key), "k%d", i);
-		unsigned first, second;
-		owner_top2(all, key, (size_t)len, 0, &first, &second);
-		cr_assert_neq(first, second);
-		const char *rest[3];
-		int n = 0;
-		for (unsigned j = 0; j < 4; j++)
-			if (j != first)
-				rest[n++] = four[j];
-		struct owner *without;
-		cr_assert_eq(owner_new(rest, 3, &without), 0);
-		cr_assert_str_eq(rest[owner_of(without, key, (size_t)len, 0)], four[second]);
-		owner_free(without);
+		unsigned rank[4], seen = 0;
+		owner_ranking(all, key, (size_t)len, 7, rank);
+		cr_assert_eq(rank[0], owner_of(all, key, (size_t)len, 7));
+		for (int j = 0; j < 4; j++)
+			seen |= 1u << rank[j];
+		cr_assert_eq(seen, 15u, "not a permutation");
+		for (int j = 1; j < 4; j++) {
+			const char *rest[4];
+			unsigned n = 0;
+			for (unsigned x = 0; x < 4; x++) {
+				int gone = 0;
+				for (int g = 0; g < j; g++)
+					gone |= rank[g] == x;
+				if (!gone)
+					rest[n++] = four[x];
+			}
+			struct owner *without;
+			cr_assert_eq(owner_new(rest, n, &without), 0);
+			cr_assert_str_eq(rest[owner_of(without, key, (size_t)len, 7)], four[rank[j]]);
+			owner_free(without);
+		}
 	}
 	owner_free(all);
 }
