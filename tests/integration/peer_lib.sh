@@ -4,6 +4,7 @@
 #                        the command: nsenter into a host's network)
 #   stop_node R: unmount and expect exit 0;  kill_node R: SIGKILL, lazy unmount
 #   total KEY: the sum of a stats.json value over the live nodes
+#   epoch_all SEED WHAT: all three nodes read every file, checked
 NODE_PID=()
 NODE_UP=()
 
@@ -90,6 +91,17 @@ for rel in files:
             bad += 1
 print(bad)
 PY
+}
+
+# epoch_all SEED WHAT: nodes 0, 1 and 2 read every file at once, each in
+# its own order (SEED + rank); fails naming WHAT if any byte differs.
+epoch_all() {
+	local r pids=""
+	for r in 0 1 2; do read_all "$r" $(($1 + r)) > "$T/bad$r" & pids="$pids $!"; done
+	wait $pids
+	for r in 0 1 2; do
+		[ "$(cat "$T/bad$r")" = 0 ] || fail "$2, node $r: $(cat "$T/bad$r") files differ from SOURCE"
+	done
 }
 
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }

@@ -19,9 +19,7 @@ for r in 0 1 2; do start_node "$r" -- --peers "$PEERS" --secret-file "$T/secret"
 bytes=$(stat_of "$T/m0" bytes_total)
 
 # Epoch 0, all three nodes at once, each in its own order.
-for r in 0 1 2; do read_all "$r" > "$T/bad$r" & done
-wait $(jobs -p | tail -3)
-for r in 0 1 2; do [ "$(cat "$T/bad$r")" = 0 ] || fail "node $r: $(cat "$T/bad$r") files differ from SOURCE"; done
+epoch_all 0 "epoch 0"
 s0=$(total storage_read_bytes)
 [ "$s0" -ge "$bytes" ] && [ "$s0" -le $((bytes * 102 / 100)) ] ||
 	fail "epoch 0 read $s0 bytes from storage across the nodes, dataset $bytes"
@@ -30,9 +28,7 @@ ok "epoch 0: $s0 storage bytes for a $bytes-byte dataset on 3 nodes; every file 
 
 # Epoch 1: nothing from storage.
 drop_caches
-for r in 0 1 2; do read_all "$r" $((r + 10)) > "$T/bad$r" & done
-wait $(jobs -p | tail -3)
-for r in 0 1 2; do [ "$(cat "$T/bad$r")" = 0 ] || fail "epoch 1, node $r: files differ"; done
+epoch_all 10 "epoch 1"
 s1=$(total storage_read_bytes)
 [ "$s1" = "$s0" ] || fail "epoch 1 read $((s1 - s0)) bytes from storage"
 pr=$(total peer_read_bytes)
@@ -93,15 +89,11 @@ stop_node 0
 # from storage.
 start_node 0 -- --peers "$PEERS" --secret-file "$T/secret" --cache-size $((bytes / 5))
 for r in 1 2; do start_node "$r" -- --peers "$PEERS" --secret-file "$T/secret" --cache-size $((bytes / 2)); done
-for r in 0 1 2; do read_all "$r" $((r + 60)) > "$T/bad$r" & done
-wait $(jobs -p | tail -3)
-for r in 0 1 2; do [ "$(cat "$T/bad$r")" = 0 ] || fail "spill, epoch 0, node $r: files differ"; done
+epoch_all 60 "spill, epoch 0"
 s0=$(total storage_read_bytes)
 [ "$(stat_of "$T/m0" cache_full)" -gt 0 ] || fail "node 0's cache never filled: the spill was not exercised"
 drop_caches
-for r in 0 1 2; do read_all "$r" $((r + 70)) > "$T/bad$r" & done
-wait $(jobs -p | tail -3)
-for r in 0 1 2; do [ "$(cat "$T/bad$r")" = 0 ] || fail "spill, epoch 1, node $r: files differ"; done
+epoch_all 70 "spill, epoch 1"
 s1=$(total storage_read_bytes)
 [ "$s0" -le $((bytes * 102 / 100)) ] || fail "spill: epoch 0 read $s0 storage bytes for $bytes"
 [ "$s1" = "$s0" ] || fail "spill: epoch 1 read $((s1 - s0)) bytes from storage"

@@ -48,17 +48,13 @@ for r in 0 1 2; do
 done
 bytes=$(stat_of "$T/m0" bytes_total)
 
-for r in 0 1 2; do read_all "$r" > "$T/bad$r" & done
-wait $(jobs -p | tail -3)
-for r in 0 1 2; do [ "$(cat "$T/bad$r")" = 0 ] || fail "node $r: files differ from SOURCE"; done
+epoch_all 0 "epoch 0"
 s0=$(total storage_read_bytes)
 [ "$s0" -le $((bytes * 105 / 100)) ] || fail "epoch 0 read $s0 storage bytes for $bytes"
 ok "epoch 0 over $LINKS: $s0 storage bytes for a $bytes-byte dataset; files identical"
 
 drop_caches
-for r in 0 1 2; do read_all "$r" $((r + 5)) > "$T/bad$r" & done
-wait $(jobs -p | tail -3)
-for r in 0 1 2; do [ "$(cat "$T/bad$r")" = 0 ] || fail "epoch 1, node $r: files differ"; done
+epoch_all 5 "epoch 1"
 s1=$(total storage_read_bytes)
 [ "$((s1 - s0))" -le $((bytes / 50)) ] || fail "epoch 1 read $((s1 - s0)) storage bytes"
 ok "epoch 1: $((s1 - s0)) storage bytes (peer faults fall back: $(total peer_errors) errors)"
