@@ -4,7 +4,7 @@
 #                        the command: nsenter into a host's network)
 #   stop_node R: unmount and expect exit 0;  kill_node R: SIGKILL, lazy unmount
 #   total KEY: the sum of a stats.json value over the live nodes
-#   epoch_all SEED WHAT: all three nodes read every file, checked
+#   epoch_all SEED WHAT: all three nodes read every file, checked, settled
 NODE_PID=()
 NODE_UP=()
 
@@ -102,6 +102,21 @@ epoch_all() {
 	for r in 0 1 2; do
 		[ "$(cat "$T/bad$r")" = 0 ] || fail "$2, node $r: $(cat "$T/bad$r") files differ from SOURCE"
 	done
+	settle
+}
+
+# settle: waits until no node's storage or peer byte counts move for 0.3 s:
+# the kernel's readahead may still be answering after a reader returned.
+settle() {
+	local a b i
+	b="$(total storage_read_bytes) $(total peer_read_bytes)"
+	for i in $(seq 100); do
+		sleep 0.3
+		a=$b
+		b="$(total storage_read_bytes) $(total peer_read_bytes)"
+		[ "$a" = "$b" ] && return 0
+	done
+	fail "the counters never settled"
 }
 
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }

@@ -104,6 +104,7 @@ for r in 0 1 2; do stop_node "$r"; done
 # second pass is all local hits (without it, two thirds came from peers).
 for r in 0 1 2; do start_node "$r" -- --peers "$PEERS" --secret-file "$T/secret" --cache-remote; done
 [ "$(read_all 0 51)" = 0 ] || fail "--cache-remote: wrong bytes"
+settle
 drop_caches
 p1=$(stat_of "$T/m0" peer_read_bytes) s1=$(stat_of "$T/m0" storage_read_bytes)
 [ "$(read_all 0 52)" = 0 ] || fail "--cache-remote: wrong bytes on the second pass"
