@@ -163,22 +163,36 @@ static void node_error(struct peer *p, int rank)
 		__atomic_add_fetch(&p->ns[rank].errors, 1, __ATOMIC_RELAXED);
 }
 
-/* Appends LEN bytes (copied) to a queue. Lock held. */
-static int queue(struct obuf **head, struct obuf **tail, const void *data, size_t len)
+/* A buffer for CAP bytes to send (len set to CAP), or NULL. */
+static struct obuf *obuf_new(size_t cap)
 {
-	struct obuf *b = malloc(sizeof(*b) + len);
+	struct obuf *b = malloc(sizeof(*b) + cap);
 
-	if (!b)
-		return -ENOMEM;
+	if (b)
+		*b = (struct obuf){ .len = cap };
+	return b;
+}
+
+/* Appends B to a queue. Lock held. */
+static void append(struct obuf **head, struct obuf **tail, struct obuf *b)
+{
 	b->next = NULL;
-	b->len = len;
-	b->off = 0;
-	memcpy(b->data, data, len);
 	if (*tail)
 		(*tail)->next = b;
 	else
 		*head = b;
 	*tail = b;
+}
+
+/* Appends LEN bytes (copied) to a queue. Lock held. */
+static int queue(struct obuf **head, struct obuf **tail, const void *data, size_t len)
+{
+	struct obuf *b = obuf_new(len);
+
+	if (!b)
+		return -ENOMEM;
+	memcpy(b->data, data, len);
+	append(head, tail, b);
 	return 0;
 }
 
@@ -192,23 +206,24 @@ static void free_queue(struct obuf **head, struct obuf **tail)
 	*tail = NULL;
 }
 
-/* Sends LEN bytes of DATA on K's socket now if nothing is queued before
- * them (a thread hop less on the common path), queueing what the socket
- * does not take. Lock held. 1: everything went out; 0: some is queued (the
- * caller wakes the thread); -ENOMEM. */
-static int send_or_queue(struct conn *k, const uint8_t *data, size_t len)
+/* Sends B on K's socket now if nothing is queued before it (a thread hop
+ * less on the common path); what the socket does not take is queued for
+ * the peer thread. Takes B. Lock held. 1: everything went out; 0: some is
+ * queued (the caller wakes the thread). */
+static int push(struct conn *k, struct obuf *b)
 {
 	if (!k->out && k->fd >= 0) {
-		ssize_t n = send(k->fd, data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (n == (ssize_t)len)
+		ssize_t n = send(k->fd, b->data + b->off, b->len - b->off, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n > 0)
+			b->off += (size_t)n;
+		if (b->off == b->len) {
+			free(b);
 			return 1;
-		if (n > 0) {
-			data += n;
-			len -= (size_t)n;
 		}
 		/* An error is the peer thread's to find (its recv or flush). */
 	}
-	return queue(&k->out, &k->out_tail, data, len);
+	append(&k->out, &k->out_tail, b);
+	return 0;
 }
 
 /* ---- the client side: a source in front of storage ---------------- */
@@ -312,8 +327,10 @@ static void ask(struct peer *p, const char *rel, const struct index_version *v, 
 	}
 	struct conn *k = &p->out[who];
 	struct preq *r = malloc(sizeof(*r));
-	uint8_t frame[PROTO_HDR + 32 + PROTO_MAX_PATH];
-	if (!r) {
+	struct obuf *frame = obuf_new(PROTO_HDR + 32 + plen);
+	if (!r || !frame) {
+		free(r);
+		free(frame);
 		done(arg, -EAGAIN, NULL);
 		return;
 	}
@@ -325,6 +342,7 @@ static void ask(struct peer *p, const char *rel, const struct index_version *v, 
 	}
 	if (!r->buf || !r->rel) {
 		free_req(r);
+		free(frame);
 		done(arg, -EAGAIN, NULL);
 		return;
 	}
@@ -334,6 +352,7 @@ static void ask(struct peer *p, const char *rel, const struct index_version *v, 
 	if ((k->state == PS_DOWN && t < k->retry_at) || k->npending >= MAX_PENDING) {
 		pthread_mutex_unlock(&k->lock);
 		free_req(r);
+		free(frame);
 		done(arg, -EAGAIN, NULL);
 		return;
 	}
@@ -342,18 +361,19 @@ static void ask(struct peer *p, const char *rel, const struct index_version *v, 
 	struct proto_read rd = { .size = v->size, .mtime_ns = v->mtime_ns, .off = (uint64_t)off,
 				 .len = (uint32_t)len, .path_len = (uint16_t)plen, .path = rel,
 				 .spill = (uint16_t)level };
-	int n = proto_enc_read(frame, sizeof(frame), r->tag, &rd);
-	int up = k->state == PS_UP, sent = 0;
-	if (n >= 0 && up)
-		sent = send_or_queue(k, frame, (size_t)n);
-	else if (n >= 0)
-		sent = queue(&k->held, &k->held_tail, frame, (size_t)n);
-	if (n < 0 || sent < 0) {
+	int n = proto_enc_read(frame->data, frame->len, r->tag, &rd), sent = 0;
+	if (n < 0) {                /* cannot happen: sized for this path */
 		pthread_mutex_unlock(&k->lock);
 		free_req(r);
+		free(frame);
 		done(arg, -EAGAIN, NULL);
 		return;
 	}
+	frame->len = (size_t)n;
+	if (k->state == PS_UP)
+		sent = push(k, frame);
+	else
+		append(&k->held, &k->held_tail, frame);     /* sent once READY */
 	if (k->pending_tail)
 		k->pending_tail->next = r;
 	else
@@ -647,7 +667,7 @@ static void served(void *arg, ssize_t res, const void *buf)
 	struct conn *k = s->k;
 	struct peer *p = k->p;
 	size_t n = res > 0 ? (size_t)res : 0, frames = n ? (n + PROTO_MAX_DATA - 1) / PROTO_MAX_DATA : 0;
-	struct obuf *b = malloc(sizeof(*b) + n + (frames + 1) * PROTO_HDR + 16);
+	struct obuf *b = obuf_new(n + (frames + 1) * PROTO_HDR + 16);
 
 	if (b) {
 		uint8_t *w = b->data;
@@ -662,28 +682,13 @@ static void served(void *arg, ssize_t res, const void *buf)
 		if (n && __atomic_load_n(&p->lie, __ATOMIC_RELAXED))
 			b->data[PROTO_HDR + n / 2] ^= 0x10;     /* after the checksum: a lie */
 		w += proto_enc_end(w, PROTO_HDR + 16, s->tag, &e);
-		b->next = NULL;
 		b->len = (size_t)(w - b->data);
-		b->off = 0;
 	}
 	int all_sent = 0;
 	pthread_mutex_lock(&k->lock);
-	if (b && !k->dead && !k->out && k->fd >= 0) {
-		/* Nothing queued before it: straight out, a thread hop less. */
-		ssize_t m = send(k->fd, b->data, b->len, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (m > 0)
-			b->off = (size_t)m;
-		all_sent = b->off == b->len;
-	}
 	if (b && !k->dead) {
-		if (!all_sent) {
-			if (k->out_tail)
-				k->out_tail->next = b;
-			else
-				k->out = b;
-			k->out_tail = b;
-			b = NULL;
-		}
+		all_sent = push(k, b);
+		b = NULL;
 		if (n) {
 			stats_add(&p->c->stats, STAT_PEER_SERVED_BYTES, n);
 			if (k->rank >= 0)
