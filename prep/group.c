@@ -17,9 +17,14 @@
  *   consumers whose batches needed memory that others' unread batches held).
  * - Readers are served outside the lock with the slot pinned; a free asked
  *   for while pins remain happens when the last pin goes.
- * - A batch made again (regen) is freed as soon as the reader that asked
- *   has it all, or when its last reader closes: its other consumers read
- *   it the first time round.
+ * - A batch made again after consumers read it (solo) is freed as soon as
+ *   the reader that asked has it all, or when its last reader closes: its
+ *   other consumers read it the first time round. A batch whose first copy
+ *   was evicted unread (speculation gave way to a waiting reader) is not
+ *   solo: every consumer still has to read it, so it waits for all of
+ *   them like a first make. Freeing it after one reader left the others
+ *   to make it yet again, and a slow consumer waiting for that remake
+ *   behind batches the fast one had read was dropped as dead.
  * - Each epoch's permutation is computed once under the lock into a cache
  *   of two epochs, and a worker copies just its batch's slice.
  */
@@ -52,6 +57,7 @@ struct gbatch {
 	uint64_t seq;               /* epoch * batches + index */
 	int state;
 	int regen;                  /* made before: count it as regenerated */
+	int solo;                   /* read before: free after its reader */
 	int want_free;              /* free once unpinned */
 	uint8_t *data;              /* READY only */
 	size_t len;
@@ -99,6 +105,7 @@ struct group {
 	unsigned next_order;
 	uint8_t *bad_seen;          /* one bit a sample */
 	uint8_t *made;              /* one bit a batch (epoch * nb + index) ever made */
+	uint8_t *read;              /* one bit a batch freed after consumers read it */
 	struct group_stats st;
 	int stop;
 	pthread_mutex_t lock;       /* everything above */
@@ -208,6 +215,8 @@ static void release(struct group *g, struct gbatch *b)
 		b->want_free = 1;
 		return;
 	}
+	if (b->done)
+		g->read[b->seq / 8] |= (uint8_t)(1u << b->seq % 8);
 	put_spare(g, b->data, b->len);
 	b->data = NULL;
 	b->want_free = 0;
@@ -242,7 +251,9 @@ static int was_made(const struct group *g, uint64_t seq)
 static struct gbatch *take(struct group *g, struct gbatch *b)
 {
 	b->state = B_MAKING;
-	b->regen = was_made(g, b->seq);
+	b->regen = was_made(g, b->seq) != 0;
+	b->solo = (g->read[b->seq / 8] >> b->seq % 8) & 1;
+	b->done = 0;
 	g->made[b->seq / 8] |= (uint8_t)(1u << b->seq % 8);
 	g->st.staged_bytes += b->len;
 	if (g->st.staged_bytes > g->st.staged_peak)
@@ -373,7 +384,7 @@ static void serve(struct group *g, struct gbatch *b, struct gwait *w)
 		r->counted = 1;
 		/* A batch made again serves whoever asked for it: no waiting for
 		 * other consumers, who read it the first time. */
-		if (++b->done >= g->jobs || b->regen)
+		if (++b->done >= g->jobs || b->solo)
 			b->want_free = 1;
 	}
 	pthread_mutex_unlock(&g->lock);
@@ -545,6 +556,7 @@ int group_new(const struct prep_spec *sp, struct folder *f, const struct group_i
 	g->st.batches = g->nb;
 	g->bad_seen = calloc((size_t)n / 8 + 1, 1);
 	g->made = calloc(g->total / 8 + 1, 1);
+	g->read = calloc(g->total / 8 + 1, 1);
 	g->nth = o->threads ? o->threads : (unsigned)(cpus > 0 ? cpus : 1);
 	if (!g->o.ahead)
 		g->o.ahead = g->nth * 2 > 4 ? g->nth * 2 : 4;
@@ -555,7 +567,7 @@ int group_new(const struct prep_spec *sp, struct folder *f, const struct group_i
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&g->work, &ca);
 	pthread_condattr_destroy(&ca);
-	if (!g->bad_seen || !g->made || !g->th) {
+	if (!g->bad_seen || !g->made || !g->read || !g->th) {
 		g->nth = 0;
 		group_free(g);
 		return -ENOMEM;
@@ -601,6 +613,7 @@ void group_free(struct group *g)
 	folder_free(g->f);
 	free(g->bad_seen);
 	free(g->made);
+	free(g->read);
 	free(g->th);
 	free(g);
 }
@@ -716,7 +729,7 @@ void group_close(struct group_reader *r)
 	pthread_mutex_lock(&g->lock);
 	g->st.readers--;
 	if (--r->b->readers == 0) {
-		if (r->b->state == B_READY && r->b->regen && !r->b->pins)
+		if (r->b->state == B_READY && r->b->solo && !r->b->pins)
 			release(g, r->b);   /* nobody else is coming for it */
 		else
 			maybe_unlink(g, r->b);

@@ -63,6 +63,8 @@ Test(cluster, hostfile)
 	cr_expect_lt(cluster_add_file(&c, "/nonexistent/hosts", "7070", err, sizeof(err)), 0);
 	cr_expect(strstr(err, "/nonexistent/hosts"), "%s", err);
 	cluster_free(&c);
+	th_rmrf(dir);
+	free(dir);
 }
 
 Test(cluster, slurm_hostlists)

@@ -265,8 +265,11 @@ Test(group, a_dead_consumer_does_not_stall_the_others)
 {
 	tree();
 	size_t one = 128 + 32 + 8 * 32 * 32 * 3;
-	/* Three consumers expected, two come; room for two batches. */
-	struct group *g = mkgroup("batch=8\nsize=32\njobs=3\nepochs=2\n", 2 * one, 0.3);
+	/* Three consumers expected, two come; room for two batches. The
+	 * timeout must stay well above the longest pause of a live consumer
+	 * (sanitizer builds on a loaded 2-core box pause for tenths of a
+	 * second), or that consumer is dropped too, as designed. */
+	struct group *g = mkgroup("batch=8\nsize=32\njobs=3\nepochs=2\n", 2 * one, 1.0);
 	struct consumer c[2];
 	pthread_t t[2];
 	struct group_stats s;
@@ -302,6 +305,42 @@ Test(group, a_reader_ahead_of_the_workers_is_served)
 	free(b);
 	b = read_batch(g, 0, 0, &n);            /* and back to the start */
 	free(b);
+	group_free(g);
+}
+
+/* Regression: a batch whose first copy was evicted unread (a reader far
+ * ahead needed its memory) must, once made again, wait for every consumer.
+ * It was freed after the first, so the second made it a third time, and in
+ * a long run a slow consumer waiting for that remake behind batches the
+ * fast one had read was dropped as dead. */
+Test(group, a_batch_evicted_unread_waits_for_every_consumer)
+{
+	tree();
+	struct group *probe = mkgroup("batch=8\nsize=32\n", 1 << 20, 60);
+	size_t one = group_batch_bytes(probe, 0), n;
+	group_free(probe);
+	/* Two consumers, room for two batches and a half, two made ahead. */
+	struct group *g = mkgroup_ahead("batch=8\nsize=32\njobs=2\nepochs=1\n", 2 * one + one / 2, 60, 2);
+	struct group_stats s;
+
+	for (int i = 0; i < 300; i++) {         /* batches 0 and 1, unread */
+		group_get_stats(g, &s);
+		if (s.produced >= 2)
+			break;
+		usleep(10000);
+	}
+	cr_assert_eq(s.produced, 2);
+	uint8_t *a0 = read_batch(g, 0, 0, &n);  /* consumer A reads 0 ... */
+	free(read_batch(g, 0, 3, &n));          /* ... jumps to 3: batch 1 gives way */
+	uint8_t *b0 = read_batch(g, 0, 0, &n);  /* consumer B reads 0: freed */
+	cr_expect(!memcmp(a0, b0, n));
+	free(a0), free(b0);
+	uint8_t *a1 = read_batch(g, 0, 1, &n);  /* A: batch 1 made again */
+	uint8_t *b1 = read_batch(g, 0, 1, &n);  /* B: the same copy */
+	cr_expect(!memcmp(a1, b1, n));
+	free(a1), free(b1);
+	group_get_stats(g, &s);
+	cr_expect_eq(s.regenerated, 1, "batch 1 made %llu more times", (unsigned long long)s.regenerated);
 	group_free(g);
 }
 
