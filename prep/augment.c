@@ -8,6 +8,12 @@
  * in between; float is closer to the ideal and costs nothing here), then
  * the vertical pass rounds once. Weights are recomputed per call: a few
  * hundred floats, noise next to the pixels.
+ *
+ * Speed (bench part 5: the resampler was a quarter of a worker's CPU): the
+ * horizontal pass works on 4-lane vectors, one per pixel, and the final
+ * round-and-clamp is written so gcc vectorizes it; -O3 for this file
+ * (Makefile). Same bytes as the scalar loops: the same float operations in
+ * the same order. 0.52-0.72 -> 0.34-0.43 ms per 224x224 output.
  */
 #include <errno.h>
 #include <math.h>
@@ -16,6 +22,10 @@
 
 #include "augment.h"
 #include "rng.h"
+
+/* Four float lanes (GCC and clang vector extension: SSE on x86-64, NEON on
+ * arm64, plain code elsewhere); malloc's 16-byte alignment suffices. */
+typedef float v4f __attribute__((vector_size(16)));
 
 double aug_uniform(uint64_t *s)
 {
@@ -151,24 +161,43 @@ int aug_resize(const uint8_t *src, uint32_t sw, uint32_t sh, double x0, double y
 			r1 = s->iy[2 * o] + s->iy[2 * o + 1];
 	}
 	size_t rows = (size_t)(r1 - r0);
-	if (grow((void **)&s->tmp, &s->tmp_cap, (rows + 1) * dw * 3 * sizeof(float)))   /* + a row of sums */
+	/* Source columns the horizontal pass reads. */
+	int c0 = s->ix[0], c1 = s->ix[0] + s->ix[1];
+	for (uint32_t o = 1; o < dw; o++) {
+		if (s->ix[2 * o] < c0)
+			c0 = s->ix[2 * o];
+		if (s->ix[2 * o] + s->ix[2 * o + 1] > c1)
+			c1 = s->ix[2 * o] + s->ix[2 * o + 1];
+	}
+	size_t cols = (size_t)(c1 - c0);
+	/* + a row of sums for the vertical pass, + one float: the horizontal
+	 * pass stores 4 lanes for a 3-channel pixel. */
+	if (grow((void **)&s->tmp, &s->tmp_cap, ((rows + 1) * dw * 3 + 1) * sizeof(float)) ||
+	    grow((void **)&s->px, &s->px_cap, (cols * 3 + 1) * sizeof(float)))
 		return -ENOMEM;
+	/* Horizontal pass. The row's bytes are widened to floats in one loop
+	 * that vectorizes; a tap then loads 4 lanes at a pixel (R, G, B and the
+	 * next pixel's R, unused) and is one vector multiply-add for all three
+	 * channels instead of three scalar ones. Outputs go left to right in
+	 * memory (right to left in the source when flipping), so each 4-lane
+	 * store's spare lane is overwritten by the next pixel. */
+	float *row = s->px;
+	row[cols * 3] = 0;
 	for (size_t r = 0; r < rows; r++) {
-		const uint8_t *in = src + ((size_t)r0 + r) * sw * 3;
+		const uint8_t *in = src + (((size_t)r0 + r) * sw + (size_t)c0) * 3;
 		float *t = s->tmp + r * dw * 3;
-		for (uint32_t o = 0; o < dw; o++) {
+		for (size_t i = 0; i < cols * 3; i++)
+			row[i] = in[i];
+		for (uint32_t oo = 0; oo < dw; oo++) {
+			uint32_t o = flip ? dw - 1 - oo : oo;
 			const float *w = s->wx + (size_t)o * (size_t)tx;
-			const uint8_t *p = in + (size_t)s->ix[2 * o] * 3;
-			float a = 0, b = 0, c = 0;
+			const float *p = row + (size_t)(s->ix[2 * o] - c0) * 3;
+			v4f acc = { 0, 0, 0, 0 }, v;
 			for (int k = 0; k < s->ix[2 * o + 1]; k++) {
-				a += w[k] * p[3 * k];
-				b += w[k] * p[3 * k + 1];
-				c += w[k] * p[3 * k + 2];
+				memcpy(&v, p + 3 * k, sizeof(v));
+				acc += v * w[k];
 			}
-			uint32_t oo = flip ? dw - 1 - o : o;
-			t[oo * 3] = a;
-			t[oo * 3 + 1] = b;
-			t[oo * 3 + 2] = c;
+			memcpy(t + oo * 3, &acc, sizeof(acc));
 		}
 	}
 	/* Vertical pass: whole source rows scaled into one float row, so the
@@ -186,10 +215,12 @@ int aug_resize(const uint8_t *src, uint32_t sw, uint32_t sh, double x0, double y
 			for (size_t i = 0; i < rowlen; i++)
 				acc[i] += wk * src_row[i];
 		}
+		/* Round, then clamp as integers: the same bytes as clamping the
+		 * float first, and a loop gcc vectorizes (the float compares
+		 * kept it scalar: a quarter of the resampler's time). */
 		for (size_t i = 0; i < rowlen; i++) {
-			float v = acc[i];
-			v = v < 0 ? 0 : v > 255 ? 255 : v;
-			out[i] = (uint8_t)(v + 0.5f);
+			int v = (int)(acc[i] + 0.5f);
+			out[i] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
 		}
 	}
 	return 0;
@@ -202,6 +233,7 @@ void aug_scratch_free(struct aug_scratch *s)
 	free(s->wy);
 	free(s->ix);
 	free(s->iy);
+	free(s->px);
 	memset(s, 0, sizeof(*s));
 }
 

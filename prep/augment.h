@@ -41,6 +41,8 @@ struct aug_scratch {
 	float *wx, *wy;             /* filter weights */
 	int *ix, *iy;               /* first tap and tap count per output pixel */
 	size_t wx_cap, wy_cap, ix_cap, iy_cap;
+	float *px;                  /* one source row's span as floats, + 1 */
+	size_t px_cap;
 };
 
 /* Resamples the box (X0, Y0, BW, BH) (fractional, in pixels of SRC, an SW x
