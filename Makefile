@@ -3,7 +3,7 @@
 #   make test            unit + integration tests (installs missing packages)
 #   make demo            generate a small dataset, mount it, read epochs
 #   make bench           the benchmarks of docs/benchmarks.md
-#   make fuzz            the peer protocol decoder under libFuzzer (FUZZ_SECONDS)
+#   make fuzz            the libFuzzer harnesses of tests/fuzz (FUZZ_SECONDS each)
 #   make SANITIZE=address,undefined   sanitizer build (into build-san/)
 #   CI=true              adds -Werror
 
@@ -95,25 +95,52 @@ $(BUILD)/tests/mkjpeg: $(BUILD)/tests/integration/mkjpeg.o
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
-# The peer protocol's decoder under libFuzzer (clang; ASan and UBSan on).
-# `make test` runs it briefly; `make fuzz FUZZ_SECONDS=N` longer (default 300).
-FUZZ := $(BUILD)/fuzz_proto
+# libFuzzer harnesses (clang; ASan and UBSan on), each over the code it
+# names: proto (the peer protocol's decoder), text (prep specs, peer lists,
+# SLURM hostlists), jpeg (one prep sample from untrusted bytes: probe, crop,
+# DCT-scaled decode, resample). `make test` runs each briefly (FUZZ_SMOKE
+# seconds); `make fuzz` runs them one after another for FUZZ_SECONDS each
+# (default 300), or only those in FUZZERS="...". Corpora stay in
+# $(BUILD)/fuzz-corpus/NAME between runs.
+FUZZERS ?= proto text jpeg
 FUZZ_SECONDS ?= 300
-$(FUZZ): tests/fuzz/fuzz_proto.c fs/proto.c fs/proto.h | $(DEPS_STAMP)
+FUZZ_SMOKE ?= 6
+FUZZ_CC := clang -std=gnu11 -D_GNU_SOURCE -g -O1 -Ifs -Iprep -Itools -fsanitize=fuzzer,address,undefined \
+	   -fno-sanitize-recover=all
+FUZZ_SRC_proto := fs/proto.c
+FUZZ_SRC_text := fs/cluster.c prep/spec.c
+FUZZ_SRC_jpeg := prep/batch.c prep/jpeg.c prep/augment.c
+FUZZ_LIBS_jpeg := -ljpeg
+CORPUS := $(BUILD)/fuzz-corpus
+
+.SECONDEXPANSION:
+$(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $$(FUZZ_SRC_$$*) $$(patsubst %.c,%.h,$$(FUZZ_SRC_$$*)) | $(DEPS_STAMP)
 	$(call say,FUZZ,$@)
 	$(Q)mkdir -p $(@D)
-	$(Q)clang -std=gnu11 -D_GNU_SOURCE -g -O1 -Ifs -fsanitize=fuzzer,address,undefined \
-		-fno-sanitize-recover=all -o $@ tests/fuzz/fuzz_proto.c fs/proto.c
+	$(Q)$(FUZZ_CC) -o $@ $(filter %.c,$^) $(FUZZ_LIBS_$*) -lm
 
-fuzz-smoke: $(FUZZ)
-	$(Q)mkdir -p $(BUILD)/fuzz-corpus
-	$(Q)$(FUZZ) -max_total_time=8 -max_len=8192 -print_final_stats=0 $(BUILD)/fuzz-corpus 2>$(BUILD)/fuzz.log \
-		|| { tail -40 $(BUILD)/fuzz.log; exit 1; }
-	$(Q)echo "fuzz_proto: $$(grep -o 'Done [0-9]* runs' $(BUILD)/fuzz.log | tail -1), no crash"
+# Seeds for the JPEG harness: 4 parameter bytes, then a small valid JPEG of
+# each kind the workers meet.
+$(CORPUS)/jpeg/.seeded: $(BUILD)/tests/mkjpeg
+	$(Q)mkdir -p $(@D)
+	$(Q)for k in rgb rgb420 gray cmyk progressive; do \
+		$(BUILD)/tests/mkjpeg $$k 40 32 $(@D)/.tmp.jpg && \
+		{ printf '\040\003\001\002'; cat $(@D)/.tmp.jpg; } > $(@D)/seed-$$k || exit 1; done
+	$(Q)rm -f $(@D)/.tmp.jpg && touch $@
 
-fuzz: $(FUZZ)
-	$(Q)mkdir -p $(BUILD)/fuzz-corpus
-	$(FUZZ) -max_total_time=$(FUZZ_SECONDS) -max_len=8192 $(BUILD)/fuzz-corpus
+# One harness for SECONDS: NAME SECONDS
+define run_fuzzer
+	mkdir -p $(CORPUS)/$(1) && \
+	$(BUILD)/fuzz_$(1) -max_total_time=$(2) -timeout=10 -max_len=8192 -print_final_stats=0 $(CORPUS)/$(1) \
+		2>$(BUILD)/fuzz_$(1).log || { tail -40 $(BUILD)/fuzz_$(1).log; exit 1; }; \
+	echo "fuzz_$(1): $$(grep -o 'Done [0-9]* runs' $(BUILD)/fuzz_$(1).log | tail -1), no crash"
+endef
+
+fuzz-smoke: $(FUZZERS:%=$(BUILD)/fuzz_%) $(CORPUS)/jpeg/.seeded
+	$(Q)$(foreach f,$(FUZZERS),$(call run_fuzzer,$(f),$(FUZZ_SMOKE)) && ) true
+
+fuzz: $(FUZZERS:%=$(BUILD)/fuzz_%) $(CORPUS)/jpeg/.seeded
+	$(Q)$(foreach f,$(FUZZERS),$(call run_fuzzer,$(f),$(FUZZ_SECONDS)) && ) true
 
 # Criterion runs each test in a child whose sanitizer reports (a leak, a
 # UBSan "runtime error") do not fail the test: the log is searched for them.

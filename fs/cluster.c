@@ -181,8 +181,11 @@ static int expand(struct cluster *c, const char *prefix, const char *rest, const
 		const char *lo_s = r;
 		if (dash)
 			*dash = '\0';
-		if (!*lo_s || strspn(lo_s, "0123456789") != strlen(lo_s) ||
-		    (dash && (!dash[1] || strspn(dash + 1, "0123456789") != strlen(dash + 1))))
+		/* Digits only, and at most 9 of them: strtoul saturates on longer
+		 * numbers, and a range ending at ULONG_MAX never ended. */
+		if (!*lo_s || strspn(lo_s, "0123456789") != strlen(lo_s) || strlen(lo_s) > 9 ||
+		    (dash && (!dash[1] || strspn(dash + 1, "0123456789") != strlen(dash + 1) ||
+			      strlen(dash + 1) > 9)))
 			FAIL(-EINVAL, "SLURM_JOB_NODELIST: bad range [%s]", open + 1);
 		unsigned long lo = strtoul(lo_s, &end, 10), hi = dash ? strtoul(dash + 1, &end, 10) : lo;
 		int width = (int)strlen(lo_s);

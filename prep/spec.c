@@ -69,7 +69,10 @@ static int parse_list(const char *v, int n, double *out)
 }
 
 /* Normalizes a relative path: no leading '/', no "..", no empty or "."
- * components. 0 or -1. */
+ * components. Control characters, and a name that starts or ends with a
+ * space or tab, are refused: the spec's own line trimming would change
+ * them when the spec is rendered and read back (tests/fuzz/fuzz_text.c
+ * found a name ending in '\r'). 0 or -1. */
 static int norm_root(const char *v, char *out, size_t len)
 {
 	char buf[SPEC_ROOT_MAX], *save = NULL, *tok;
@@ -84,6 +87,12 @@ static int norm_root(const char *v, char *out, size_t len)
 			continue;
 		if (!strcmp(tok, ".."))
 			return -1;
+		size_t tl = strlen(tok);
+		if (tok[0] == ' ' || tok[0] == '\t' || tok[tl - 1] == ' ' || tok[tl - 1] == '\t')
+			return -1;
+		for (size_t i = 0; i < tl; i++)
+			if ((unsigned char)tok[i] < 0x20 || tok[i] == 0x7f)
+				return -1;
 		int n = snprintf(out + used, len - used, "%s%s", used ? "/" : "", tok);
 		if (n < 0 || (size_t)n >= len - used)
 			return -1;
@@ -160,7 +169,8 @@ int spec_parse(const char *text, size_t len, struct prep_spec *sp, char *err, si
 		double d[3];
 		if (!strcmp(k, "root")) {
 			if (norm_root(v, sp->root, sizeof(sp->root)))
-				FAIL("line %d: root=%s: expected a relative path inside the dataset (no '..')",
+				FAIL("line %d: root=%s: expected a relative path inside the dataset (no '..', "
+				     "no control characters, no name starting or ending with a space)",
 				     lineno, v);
 		} else if (!strcmp(k, "batch")) {
 			if (parse_u(v, 1, 65536, &u))

@@ -1,6 +1,7 @@
 /* mkjpeg.c - writes the odd JPEGs the integration tests need: gray, CMYK
- * (Adobe YCCK), progressive, and a baseline one to break in other ways.
- *   mkjpeg KIND W H OUT      KIND: rgb, gray, cmyk, progressive
+ * (Adobe YCCK), progressive, and baseline ones (4:4:4, or 4:2:0 as cameras
+ * write them) to break in other ways; the JPEG fuzzer's seeds too.
+ *   mkjpeg KIND W H OUT      KIND: rgb, rgb420, gray, cmyk, progressive
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,13 +11,13 @@
 int main(int argc, char **argv)
 {
 	if (argc != 5) {
-		fprintf(stderr, "usage: mkjpeg rgb|gray|cmyk|progressive W H OUT\n");
+		fprintf(stderr, "usage: mkjpeg rgb|rgb420|gray|cmyk|progressive W H OUT\n");
 		return 2;
 	}
 	const char *kind = argv[1];
 	int w = atoi(argv[2]), h = atoi(argv[3]);
 	int pf = !strcmp(kind, "gray") ? TJPF_GRAY : !strcmp(kind, "cmyk") ? TJPF_CMYK : TJPF_RGB;
-	int samp = pf == TJPF_GRAY ? TJSAMP_GRAY : TJSAMP_444;
+	int samp = pf == TJPF_GRAY ? TJSAMP_GRAY : !strcmp(kind, "rgb420") ? TJSAMP_420 : TJSAMP_444;
 	int flags = !strcmp(kind, "progressive") ? TJFLAG_PROGRESSIVE : 0;
 	int ps = tjPixelSize[pf];
 	unsigned char *px = malloc((size_t)w * h * ps), *jpg = NULL;

@@ -86,6 +86,16 @@ Test(cluster, slurm_hostlists)
 	cluster_free(&c);
 	cr_expect_lt(cluster_add_slurm(&c, "gpu[a-b]", "7070", err, sizeof(err)), 0);
 	cluster_free(&c);
+	/* Found by tests/fuzz/fuzz_text.c: a number past ULONG_MAX saturated
+	 * and the range [ULONG_MAX] looped for ever. */
+	cr_expect_lt(cluster_add_slurm(&c, "s[888888888888888888888888888880]", "7070", err, sizeof(err)), 0);
+	cr_expect(strstr(err, "bad range"), "%s", err);
+	cluster_free(&c);
+	cr_expect_lt(cluster_add_slurm(&c, "s[1-18446744073709551615]", "7070", err, sizeof(err)), 0);
+	cluster_free(&c);
+	/* Products of ranges stop at the node limit, not after a million. */
+	cr_expect_eq(cluster_add_slurm(&c, "a[0-999]b[0-999]", "7070", err, sizeof(err)), -E2BIG);
+	cluster_free(&c);
 }
 
 Test(cluster, rank_from_host_name)

@@ -68,6 +68,8 @@ Test(spec, bad_specs_say_why)
 		{ "root=../etc", "root=../etc: expected a relative path inside the dataset" },
 		{ "root=a/../../b", "root=a/../../b" },
 		{ "root=/etc", "root=/etc" },
+		{ "root=train /x", "no name starting or ending with a space" },
+		{ "root=a\r/b", "no control characters" },   /* found by fuzz_text */
 		{ "batch=8\nbatch=9", "line 2: 'batch' given twice" },
 		{ "\n\nbtach=8", "line 3: unknown key 'btach' (known: root batch" },
 		{ "just words", "line 1: expected key=value, got 'just words'" },
