@@ -144,6 +144,22 @@ static int coeffs(double b0, double blen, uint32_t in, uint32_t out, float **w, 
 	return taps;
 }
 
+/* The source pixels OUT outputs' taps IX (coeffs) cover: *FIRST and the
+ * count. */
+static size_t span(const int *ix, uint32_t out, int *first)
+{
+	int lo = ix[0], hi = ix[0] + ix[1];
+
+	for (uint32_t o = 1; o < out; o++) {
+		if (ix[2 * o] < lo)
+			lo = ix[2 * o];
+		if (ix[2 * o] + ix[2 * o + 1] > hi)
+			hi = ix[2 * o] + ix[2 * o + 1];
+	}
+	*first = lo;
+	return (size_t)(hi - lo);
+}
+
 int aug_resize(const uint8_t *src, uint32_t sw, uint32_t sh, double x0, double y0, double bw,
 	       double bh, uint8_t *dst, uint32_t dw, uint32_t dh, int flip, struct aug_scratch *s)
 {
@@ -152,24 +168,9 @@ int aug_resize(const uint8_t *src, uint32_t sw, uint32_t sh, double x0, double y
 
 	if (tx < 0 || ty < 0)
 		return -ENOMEM;
-	/* Source rows the vertical pass reads. */
-	int r0 = s->iy[0], r1 = s->iy[0] + s->iy[1];
-	for (uint32_t o = 1; o < dh; o++) {
-		if (s->iy[2 * o] < r0)
-			r0 = s->iy[2 * o];
-		if (s->iy[2 * o] + s->iy[2 * o + 1] > r1)
-			r1 = s->iy[2 * o] + s->iy[2 * o + 1];
-	}
-	size_t rows = (size_t)(r1 - r0);
-	/* Source columns the horizontal pass reads. */
-	int c0 = s->ix[0], c1 = s->ix[0] + s->ix[1];
-	for (uint32_t o = 1; o < dw; o++) {
-		if (s->ix[2 * o] < c0)
-			c0 = s->ix[2 * o];
-		if (s->ix[2 * o] + s->ix[2 * o + 1] > c1)
-			c1 = s->ix[2 * o] + s->ix[2 * o + 1];
-	}
-	size_t cols = (size_t)(c1 - c0);
+	int r0, c0;
+	size_t rows = span(s->iy, dh, &r0);     /* source rows the vertical pass reads */
+	size_t cols = span(s->ix, dw, &c0);     /* source columns the horizontal pass reads */
 	/* + a row of sums for the vertical pass, + one float: the horizontal
 	 * pass stores 4 lanes for a 3-channel pixel. */
 	if (grow((void **)&s->tmp, &s->tmp_cap, ((rows + 1) * dw * 3 + 1) * sizeof(float)) ||
