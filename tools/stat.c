@@ -8,6 +8,13 @@
  * time between them on the monotonic clock. --json prints the same per line
  * as an object, for scripts.
  *
+ * With peers (peer_nodes > 0) the table adds what came from and went to the
+ * other nodes and how many are up; with prep groups (prep_groups > 0), the
+ * images the workers made per second and the cores they kept busy (worker
+ * CPU-seconds per second: near the worker count, prep is CPU-bound and more
+ * cores would buy more; well under it, the consumers are the limit). The
+ * header is printed again when either set of columns appears or goes.
+ *
  * Reads the kernel answers from its own page cache never reach the daemon,
  * so they are in none of these numbers (docs/design.md, "Counters").
  */
@@ -41,6 +48,14 @@ static double get(const struct snap *s, const char *k)
 	return mstats_get(&s->m, k, 0);
 }
 
+/* Which optional column sets a snapshot calls for. */
+enum { COL_PEERS = 1, COL_PREP = 2 };
+
+static int columns(const struct snap *s)
+{
+	return (get(s, "peer_nodes") > 0 ? COL_PEERS : 0) | (get(s, "prep_groups") > 0 ? COL_PREP : 0);
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -49,25 +64,34 @@ static void usage(FILE *f)
 		"Prints what an epochfs mount is doing, one line per interval: MB/s and\n"
 		"reads/s the daemon served, the share of those bytes the RAM cache hit,\n"
 		"MB/s read from storage, and the cache's fill. The first line averages\n"
-		"everything since the mount. Reads answered by the kernel's page cache\n"
-		"never reach the daemon and are not counted.\n"
+		"everything since the mount. With peers: MB/s fetched from and served to\n"
+		"other nodes, and how many of them are up. With prep groups: images made per second and\n"
+		"the cores the prep workers kept busy. Reads answered by the kernel's\n"
+		"page cache never reach the daemon and are not counted.\n"
 		"  --interval SEC  seconds between lines (default 1; fractions allowed)\n"
 		"  --count N       stop after N lines (default: until interrupted)\n"
 		"  --json          one JSON object per line instead of the table\n");
 }
 
-/* Prints the line for the span from A to B (A NULL: since the mount). */
-static void line(const struct snap *a, const struct snap *b, int json)
+/* The growth of counter K from A to B (A NULL: since the mount). */
+static double delta(const struct snap *a, const struct snap *b, const char *k)
+{
+	return get(b, k) - (a ? get(a, k) : 0);
+}
+
+/* Prints the line for the span from A to B (A NULL: since the mount) with
+ * the optional columns COLS. */
+static void line(const struct snap *a, const struct snap *b, int json, int cols)
 {
 	double dt = a ? b->t - a->t : get(b, "uptime_s");
-	double rb = get(b, "read_bytes") - (a ? get(a, "read_bytes") : 0);
-	double rd = get(b, "reads") - (a ? get(a, "reads") : 0);
-	double hb = get(b, "cache_hit_bytes") - (a ? get(a, "cache_hit_bytes") : 0);
-	double sb = get(b, "storage_read_bytes") - (a ? get(a, "storage_read_bytes") : 0);
-	double err = get(b, "read_errors") - (a ? get(a, "read_errors") : 0);
-	double bad = get(b, "cache_corrupt") - (a ? get(a, "cache_corrupt") : 0);
+	double rb = delta(a, b, "read_bytes"), rd = delta(a, b, "reads");
+	double hb = delta(a, b, "cache_hit_bytes"), sb = delta(a, b, "storage_read_bytes");
+	double err = delta(a, b, "read_errors"), bad = delta(a, b, "cache_corrupt");
 	double used = get(b, "cache_used_bytes"), cap = get(b, "cache_capacity_bytes");
 	double hit = rb > 0 ? hb / rb : NAN;
+	double pin = delta(a, b, "peer_read_bytes"), pout = delta(a, b, "peer_served_bytes");
+	double perr = delta(a, b, "peer_errors"), up = get(b, "peers_up"), nodes = get(b, "peer_nodes");
+	double img = delta(a, b, "prep_images"), cpu = delta(a, b, "prep_cpu_seconds");
 
 	if (dt <= 0)
 		dt = 1e-9;
@@ -78,26 +102,43 @@ static void line(const struct snap *a, const struct snap *b, int json)
 		printf("{\"since_mount\": %s, \"seconds\": %.3f, \"read_mb_s\": %.3f, "
 		       "\"reads_per_s\": %.1f, \"hit_ratio\": %s, \"storage_mb_s\": %.3f, "
 		       "\"cache_used_bytes\": %.0f, \"cache_capacity_bytes\": %.0f, "
-		       "\"cache_items\": %.0f, \"read_errors\": %.0f, \"cache_corrupt\": %.0f}\n",
+		       "\"cache_items\": %.0f, \"read_errors\": %.0f, \"cache_corrupt\": %.0f, "
+		       "\"peer_nodes\": %.0f, \"peers_up\": %.0f, \"peer_read_mb_s\": %.3f, "
+		       "\"peer_served_mb_s\": %.3f, \"peer_errors\": %.0f, "
+		       "\"prep_images_per_s\": %.3f, \"prep_cores\": %.3f}\n",
 		       a ? "false" : "true", dt, rb / 1e6 / dt, rd / dt, hs, sb / 1e6 / dt, used, cap,
-		       get(b, "cache_items"), err, bad);
+		       get(b, "cache_items"), err, bad, nodes, up, pin / 1e6 / dt, pout / 1e6 / dt, perr,
+		       img / dt, cpu / dt);
 	} else {
 		char hs[16] = "     -", fill[16] = "   off";
 		if (!isnan(hit))
 			snprintf(hs, sizeof(hs), "%5.1f%%", 100 * hit);
 		if (cap > 0)
 			snprintf(fill, sizeof(fill), "%5.1f%%", 100 * used / cap);
-		printf("%-8s %10.1f %9.0f %6s %12.1f %9.2f %6s %9.0f %6.0f %7.0f\n",
+		printf("%-8s %10.1f %9.0f %6s %12.1f %9.2f %6s %9.0f %6.0f %7.0f",
 		       a ? "" : "mount", rb / 1e6 / dt, rd / dt, hs, sb / 1e6 / dt, used / 1073741824.0,
 		       fill, get(b, "cache_items"), err, bad);
+		if (cols & COL_PEERS) {
+			char ups[24];
+			snprintf(ups, sizeof(ups), "%.0f/%.0f", up, nodes - 1);     /* the other nodes */
+			printf(" %9.1f %9.1f %6s %7.0f", pin / 1e6 / dt, pout / 1e6 / dt, ups, perr);
+		}
+		if (cols & COL_PREP)
+			printf(" %9.0f %6.2f", img / dt, cpu / dt);
+		putchar('\n');
 	}
 	fflush(stdout);
 }
 
-static void header(void)
+static void header(int cols)
 {
-	printf("%-8s %10s %9s %6s %12s %9s %6s %9s %6s %7s\n", "", "read MB/s", "reads/s", "hit",
+	printf("%-8s %10s %9s %6s %12s %9s %6s %9s %6s %7s", "", "read MB/s", "reads/s", "hit",
 	       "storage MB/s", "cache GiB", "fill", "items", "errors", "corrupt");
+	if (cols & COL_PEERS)
+		printf(" %9s %9s %6s %7s", "peer MB/s", "served", "up", "perr");
+	if (cols & COL_PREP)
+		printf(" %9s %6s", "prep im/s", "cores");
+	putchar('\n');
 }
 
 static int take(const char *file, const char *mnt, struct snap *s)
@@ -166,9 +207,10 @@ int main(int argc, char **argv)
 	}
 	if (take(file, mnt, &prev) < 0)
 		return 1;
+	int cols = columns(&prev);
 	if (!json)
-		header();
-	line(NULL, &prev, json);
+		header(cols);
+	line(NULL, &prev, json, cols);
 	struct timespec next;
 	clock_gettime(CLOCK_MONOTONIC, &next);
 	for (unsigned n = 1; !count || n < count; n++) {
@@ -179,9 +221,11 @@ int main(int argc, char **argv)
 			;
 		if (take(file, mnt, &cur) < 0)
 			return 1;
-		if (!json && n % 24 == 0)
-			header();
-		line(&prev, &cur, json);
+		int now_cols = columns(&cur);
+		if (!json && (n % 24 == 0 || now_cols != cols))
+			header(now_cols);
+		cols = now_cols;
+		line(&prev, &cur, json, cols);
 		prev = cur;
 	}
 	return 0;

@@ -35,6 +35,18 @@ pr=$(total peer_read_bytes)
 [ "$pr" -gt 0 ] || fail "no bytes came from peers"
 ok "epoch 1: 0 storage bytes; $pr bytes from peers in all"
 
+# epochfs-stat shows the peer columns, and its since-mount rate is the counter.
+"$ROOT/$BUILD/epochfs-stat" "$T/m0" --count 1 | head -1 | grep -q "peer MB/s.*served.*up" || fail "no peer columns"
+"$ROOT/$BUILD/epochfs-stat" "$T/m0" --json --count 1 > "$T/stat0" || fail "epochfs-stat"
+python3 - "$T/stat0" "$(stat_of "$T/m0" peer_read_bytes)" <<'PY' || fail "epochfs-stat: $(cat "$T/stat0")"
+import json, sys
+r = json.loads(open(sys.argv[1]).read())
+got = r["peer_read_mb_s"] * r["seconds"] * 1e6
+assert r["peer_nodes"] == 3 and r["peers_up"] == 2, r
+assert abs(got - int(sys.argv[2])) <= 0.01 * int(sys.argv[2]) + 1e4, (got, sys.argv[2])
+PY
+ok "epochfs-stat on node 0: 2 of 2 peers up, peer MB/s since the mount matches peer_read_bytes"
+
 # Malformed and hostile traffic at node 0's port.
 python3 "$(dirname "$0")/peer_frames.py" 127.0.0.1 "$p0" > "$T/frames" || fail "$(cat "$T/frames")"
 kill -0 "${NODE_PID[0]}" || fail "node 0 died of malformed frames"
