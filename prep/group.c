@@ -382,8 +382,9 @@ static void serve(struct group *g, struct gbatch *b, struct gwait *w)
 	r->copied += n;
 	if (!r->counted && r->copied >= b->len) {
 		r->counted = 1;
-		/* A batch made again serves whoever asked for it: no waiting for
-		 * other consumers, who read it the first time. */
+		/* A batch made again after it was read (solo) serves whoever
+		 * asked for it: no waiting for other consumers, who read it the
+		 * first time. */
 		if (++b->done >= g->jobs || b->solo)
 			b->want_free = 1;
 	}

@@ -65,9 +65,9 @@ static void usage(FILE *f)
 		"reads/s the daemon served, the share of those bytes the RAM cache hit,\n"
 		"MB/s read from storage, and the cache's fill. The first line averages\n"
 		"everything since the mount. With peers: MB/s fetched from and served to\n"
-		"other nodes, and how many of them are up. With prep groups: images made per second and\n"
-		"the cores the prep workers kept busy. Reads answered by the kernel's\n"
-		"page cache never reach the daemon and are not counted.\n"
+		"other nodes, and how many of them are up. With prep groups: images made\n"
+		"per second and the cores the prep workers kept busy. Reads answered by\n"
+		"the kernel's page cache never reach the daemon and are not counted.\n"
 		"  --interval SEC  seconds between lines (default 1; fractions allowed)\n"
 		"  --count N       stop after N lines (default: until interrupted)\n"
 		"  --json          one JSON object per line instead of the table\n");
