@@ -56,7 +56,8 @@ all: $(DAEMON) $(TOOLS)
 $(DEPS_STAMP): tools/install-deps.sh
 	$(Q)pkg-config --exists $(PKGS) criterion libsodium && command -v fio >/dev/null \
 	   && command -v fusermount3 >/dev/null && command -v pgrep >/dev/null && command -v clang >/dev/null \
-	   && command -v ip >/dev/null && command -v nsenter >/dev/null || bash tools/install-deps.sh
+	   && command -v ip >/dev/null && command -v nsenter >/dev/null && command -v nft >/dev/null \
+	   || bash tools/install-deps.sh
 	$(Q)mkdir -p $(@D) && touch $@
 
 $(BUILD)/%.o: %.c | $(DEPS_STAMP)
@@ -150,7 +151,7 @@ unit: $(UNIT_BIN)
 		if grep -qE 'ERROR: (Leak|Address)Sanitizer|runtime error:' $(BUILD)/unit.log; then \
 			echo "$$t: sanitizer report above"; exit 1; fi; done
 
-integration: all $(TEST_HELPERS)
+integration: all $(TEST_HELPERS) $(DEPS_STAMP)
 	$(Q)BUILD=$(BUILD) bash tests/integration/run.sh
 
 test: unit fuzz-smoke integration
