@@ -132,7 +132,8 @@ $(CORPUS)/jpeg/.seeded: $(BUILD)/tests/mkjpeg
 # One harness for SECONDS: NAME SECONDS
 define run_fuzzer
 	mkdir -p $(CORPUS)/$(1) && \
-	$(BUILD)/fuzz_$(1) -max_total_time=$(2) -timeout=10 -max_len=8192 -print_final_stats=0 $(CORPUS)/$(1) \
+	$(BUILD)/fuzz_$(1) -max_total_time=$(2) -timeout=10 -max_len=8192 -print_final_stats=0 \
+		-artifact_prefix=$(BUILD)/fuzz_$(1)- $(CORPUS)/$(1) \
 		2>$(BUILD)/fuzz_$(1).log || { tail -40 $(BUILD)/fuzz_$(1).log; exit 1; }; \
 	echo "fuzz_$(1): $$(grep -o 'Done [0-9]* runs' $(BUILD)/fuzz_$(1).log | tail -1), no crash"
 endef

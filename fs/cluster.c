@@ -175,6 +175,13 @@ static int expand(struct cluster *c, const char *prefix, const char *rest, const
 		FAIL(-EINVAL, "SLURM host name too long");
 	memcpy(ranges, open + 1, (size_t)(close - open - 1));
 	ranges[close - open - 1] = '\0';
+	/* A group with no range ("[]", "[,]") names nobody. Left to the loop
+	 * below it expanded to nothing, silently, and the groups before it
+	 * multiplied: "a[1-400]b[1-400]c[]" ran 160,000 empty expansions
+	 * (tests/fuzz/fuzz_text.c). With every group naming someone, each
+	 * expansion adds a node, and CLUSTER_MAX_NODES bounds the work. */
+	if (strspn(ranges, ",") == strlen(ranges))
+		FAIL(-EINVAL, "SLURM_JOB_NODELIST: empty range [%s]", ranges);
 	char *save = NULL;
 	for (char *r = strtok_r(ranges, ",", &save); r; r = strtok_r(NULL, ",", &save)) {
 		char *dash = strchr(r, '-'), *end;

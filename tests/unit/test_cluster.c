@@ -93,6 +93,13 @@ Test(cluster, slurm_hostlists)
 	cluster_free(&c);
 	cr_expect_lt(cluster_add_slurm(&c, "s[1-18446744073709551615]", "7070", err, sizeof(err)), 0);
 	cluster_free(&c);
+	/* An empty group is refused: it expanded to nobody while the groups
+	 * before it multiplied (fuzz_text: a 13 s hang). */
+	cr_expect_eq(cluster_add_slurm(&c, "a[1-400]b[1-400]c[]", "7070", err, sizeof(err)), -EINVAL);
+	cr_expect(strstr(err, "empty range"), "%s", err);
+	cluster_free(&c);
+	cr_expect_eq(cluster_add_slurm(&c, "a[1-400]b[,]", "7070", err, sizeof(err)), -EINVAL);
+	cluster_free(&c);
 	/* Products of ranges stop at the node limit, not after a million. */
 	cr_expect_eq(cluster_add_slurm(&c, "a[0-999]b[0-999]", "7070", err, sizeof(err)), -E2BIG);
 	cluster_free(&c);
