@@ -60,8 +60,9 @@ def imagefolder(root):
 
 def main():
     cmd, mount, name = sys.argv[1:4]
-    if cmd == "consume":
-        for e in range(int(sys.argv[4])):
+    if cmd == "consume":                # consume MNT NAME EPOCHS [FIRST]
+        first = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+        for e in range(first, first + int(sys.argv[4])):
             for i, b in enumerate(ep.batches(mount, name, e)):
                 assert (b.epoch, b.index) == (e, i), (b.epoch, b.index, e, i)
                 print(e, i, hashlib.md5(b.pixels).hexdigest(), hashlib.md5(b.labels.tobytes()).hexdigest(),

@@ -122,4 +122,19 @@ for f in truncated png empty huge; do
 done
 grep -qE "b/(gray|cmyk|progressive|base).jpg" "$T/daemon.err" && fail "a good image was called bad: $(cat "$T/daemon.err")"
 ok "bad images: $nbad substitutes over 2 epochs, each logged once; gray, CMYK, progressive decode"
+
+# An image removed while its group runs: batches made after the removal
+# have a substitute in its place, counted in their headers and logged once.
+# Epochs 0 and 1 are made before the removal (epoch 1 by run-ahead while
+# epoch 0 is read), epoch 2 after it.
+"$PREP" "$m" gone --batch 4 --size 24 --epochs 3 > /dev/null || fail "declare gone"
+$CHECK consume "$m" gone 1 0 > "$T/gone0" || fail "reading epoch 0"
+rm "$T/b/a/ok3.jpg"
+wait_for sh -c "! stat '$m/a/ok3.jpg' 2>/dev/null" || fail "the mount still shows a/ok3.jpg"
+$CHECK consume "$m" gone 2 1 > "$T/gone12" || fail "reading epochs 1 and 2 after a removal"
+bad0=$(awk '{s += $6} END {print s}' "$T/gone0")
+bad2=$(awk '$1 == 2 {s += $6} END {print s}' "$T/gone12")
+[ "$bad2" = $((bad0 + 1)) ] || fail "bad samples: epoch 0 $bad0, epoch 2 $bad2 (want one more)"
+[ "$(grep -c "prep: gone: a/ok3.jpg" "$T/daemon.err")" = 1 ] || fail "removed image not logged once: $(grep ok3 "$T/daemon.err")"
+ok "an image removed while its group ran: $bad0 substitutes in epoch 0, $bad2 in epoch 2, logged once"
 umount_ep
