@@ -4,11 +4,22 @@
  * (and the integration tests, which fail on unexpected "warning:"/"error:"
  * lines) can tell at a glance who complained and about what. Thread-safe: each
  * message is formatted into one buffer and written with one write(2).
+ *
+ * Rate limit: a message that anyone outside can cause again and again (a
+ * peer that keeps connecting, a thousand corrupt images) must not flood the
+ * log. Errors, warnings and information lines are limited per call site
+ * (per format string): at most LOG_BURST lines in a LOG_WINDOW-second
+ * window; the rest are counted, and the next line that call site prints
+ * after the window says how many were suppressed. Debug lines (-d) are
+ * never limited.
  */
 #ifndef EPOCHFS_LOG_H
 #define EPOCHFS_LOG_H
 
 enum log_level { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };
+
+#define LOG_BURST 20
+#define LOG_WINDOW 10
 
 /* Sets the program name printed first and whether LOG_DEBUG lines appear. */
 void log_init(const char *prog, int debug);
