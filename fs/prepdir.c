@@ -42,8 +42,20 @@ struct slot {
 	char wbuf[SPEC_MAX_BYTES];          /* text written so far */
 	size_t wlen;
 	int pending;                        /* written since the last commit */
-	char error[600];
-	uint32_t ver;                       /* bumped whenever spec or error text changes */
+	uint32_t ver;                       /* bumped whenever the spec text changes */
+	uint64_t stamp;                     /* when it was created: the oldest unused goes first */
+};
+
+/* Why a spec was refused: NAME.error. Kept apart from the slots, in a
+ * table of its own whose oldest entry makes room, so refusals never hold a
+ * group's slot (500 refused specs in a row leave every slot free). */
+struct perr {
+	int used;
+	uint16_t gen;                       /* bumped when the entry is reused or cleared */
+	uint32_t ver;                       /* bumped whenever the text changes */
+	uint64_t stamp;                     /* when it was last set: the oldest goes first */
+	char name[NAME_MAX + 1];
+	char text[600];
 };
 
 struct rnode {
@@ -65,6 +77,8 @@ struct prepdir {
 	struct group_opts o;
 	pthread_mutex_t lock;               /* slots, readers, next_reader */
 	struct slot slots[PREPDIR_MAX_GROUPS];
+	struct perr errs[PREPDIR_MAX_ERRORS];
+	uint64_t err_clock;                 /* stamps of errors and slots */
 	struct rnode *readers[READER_BUCKETS];
 	uint64_t next_reader;
 	char names[PREPDIR_MAX_GROUPS * 3][NAME_MAX + 8];   /* dirent scratch */
@@ -107,12 +121,75 @@ void prepdir_free(struct prepdir *pd)
 	free(pd);
 }
 
+/* The error entry an error node names, if it still holds that name. */
+static struct perr *error_of(struct prepdir *pd, uint64_t node)
+{
+	struct perr *e = &pd->errs[SLOT(node)];
+
+	return e->used && e->gen == GEN(node) ? e : NULL;
+}
+
 /* The slot a node names, if that slot still holds the same generation. */
 static struct slot *slot_of(struct prepdir *pd, uint64_t node)
 {
 	struct slot *s = &pd->slots[SLOT(node)];
 
 	return s->used && s->gen == GEN(node) ? s : NULL;
+}
+
+static struct perr *find_error(struct prepdir *pd, const char *name, size_t len)
+{
+	for (unsigned i = 0; i < PREPDIR_MAX_ERRORS; i++) {
+		struct perr *e = &pd->errs[i];
+		if (e->used && strlen(e->name) == len && !memcmp(e->name, name, len))
+			return e;
+	}
+	return NULL;
+}
+
+/* The refusal of NAME's spec, for NAME.error and the log. Lock held. */
+static void set_error(struct prepdir *pd, const char *name, const char *text)
+{
+	struct perr *e = find_error(pd, name, strlen(name)), *oldest = &pd->errs[0];
+
+	for (unsigned i = 0; i < PREPDIR_MAX_ERRORS && !e; i++) {
+		if (!pd->errs[i].used)
+			e = &pd->errs[i];
+		else if (pd->errs[i].stamp < oldest->stamp)
+			oldest = &pd->errs[i];
+	}
+	if (!e)
+		e = oldest;
+	if (!e->used || strcmp(e->name, name)) {
+		e->gen++;               /* nodes of the entry's last name go stale */
+		e->used = 1;
+		snprintf(e->name, sizeof(e->name), "%s", name);
+	}
+	size_t n = strnlen(text, sizeof(e->text) - 2);
+	memcpy(e->text, text, n);
+	memcpy(e->text + n, "\n", 2);
+	e->ver++;
+	e->stamp = ++pd->err_clock;
+	log_warn("prep: %s", text);
+}
+
+static void clear_error(struct prepdir *pd, const char *name)
+{
+	struct perr *e = find_error(pd, name, strlen(name));
+
+	if (e) {
+		e->used = 0;
+		e->gen++;
+	}
+}
+
+/* Gives slot S back once it holds neither a group nor text being written. */
+static void release_slot(struct slot *s)
+{
+	s->used = 0;
+	s->gen++;                           /* old nodes of this slot are stale now */
+	s->wlen = 0;
+	s->pending = 0;
 }
 
 static struct slot *find_name(struct prepdir *pd, const char *name, size_t len)
@@ -191,12 +268,13 @@ int prepdir_lookup(struct prepdir *pd, uint64_t parent, const char *name, struct
 	if (parent == PREPDIR_DIR_NODE) {
 		size_t n;
 		struct slot *s;
+		struct perr *e;
 		if ((n = split(name, "spec")) && (s = find_name(pd, name, n)) && (s->g || s->wlen)) {
 			spec_attr(s, (unsigned)(s - pd->slots), a);
 			ret = 0;
-		} else if ((n = split(name, "error")) && (s = find_name(pd, name, n)) && s->error[0]) {
-			*a = (struct prepdir_attr){ .node = mknode(K_ERROR, (unsigned)(s - pd->slots), s->gen, s->ver),
-						    .size = strlen(s->error) };
+		} else if ((n = split(name, "error")) && (e = find_error(pd, name, n))) {
+			*a = (struct prepdir_attr){ .node = mknode(K_ERROR, (unsigned)(e - pd->errs), e->gen, e->ver),
+						    .size = strlen(e->text) };
 			ret = 0;
 		} else if ((s = find_name(pd, name, strlen(name))) && !commit(pd, s) && s->g) {
 			*a = (struct prepdir_attr){ .node = mknode(K_GROUP, (unsigned)(s - pd->slots), s->gen, 0),
@@ -263,12 +341,14 @@ int prepdir_getattr(struct prepdir *pd, uint64_t node, struct prepdir_attr *a)
 			a->node = node;
 		}
 		break;
-	case K_ERROR:
-		if (!s)
+	case K_ERROR: {
+		struct perr *e = error_of(pd, node);
+		if (!e)
 			ret = -ENOENT;
 		else
-			*a = (struct prepdir_attr){ .node = node, .size = strlen(s->error) };
+			*a = (struct prepdir_attr){ .node = node, .size = strlen(e->text) };
 		break;
+	}
 	case K_BATCH: {
 		struct rnode *r = reader_find(pd, node);
 		if (!r)
@@ -338,9 +418,10 @@ void prepdir_read(struct prepdir *pd, uint64_t node, size_t len, off_t off, grou
 		char text[SPEC_MAX_BYTES + 1];
 		ssize_t n = -ENOENT;
 		size_t max = len < sizeof(text) ? len : sizeof(text);
-		if (s && KIND(node) == K_ERROR)
-			n = copy_text(s->error, strlen(s->error), text, max, off);
-		else if (s)
+		struct perr *e = KIND(node) == K_ERROR ? error_of(pd, node) : NULL;
+		if (e)
+			n = copy_text(e->text, strlen(e->text), text, max, off);
+		else if (s && KIND(node) == K_SPEC)
 			n = s->g ? copy_text(s->spec, s->spec_len, text, max, off)
 				 : copy_text(s->wbuf, s->wlen, text, max, off);
 		pthread_mutex_unlock(&pd->lock);
@@ -361,6 +442,22 @@ void prepdir_read(struct prepdir *pd, uint64_t node, size_t len, off_t off, grou
 	group_read_async(gr, off, len, pread_done, p);
 }
 
+/* The slot to give up when all are taken: one running no group, empty
+ * ones first, then the oldest. NULL when every slot runs a group. */
+static struct slot *reclaimable(struct prepdir *pd)
+{
+	struct slot *best = NULL;
+
+	for (unsigned i = 0; i < PREPDIR_MAX_GROUPS; i++) {
+		struct slot *s = &pd->slots[i];
+		if (!s->used || s->g)
+			continue;
+		if (!best || (!s->wlen && best->wlen) || (!s->wlen == !best->wlen && s->stamp < best->stamp))
+			best = s;
+	}
+	return best;
+}
+
 int prepdir_create(struct prepdir *pd, uint64_t parent, const char *name, struct prepdir_attr *a)
 {
 	size_t n = split(name, "spec");
@@ -374,6 +471,15 @@ int prepdir_create(struct prepdir *pd, uint64_t parent, const char *name, struct
 		for (unsigned i = 0; i < PREPDIR_MAX_GROUPS && !s; i++)
 			if (!pd->slots[i].used)
 				s = &pd->slots[i];
+		if (!s && (s = reclaimable(pd))) {
+			/* Every slot taken, some by specs that run no group: created
+			 * and not yet closed (the kernel sends RELEASE late, in the
+			 * background) or written and never committed. The oldest
+			 * makes room; only running groups hold a slot for good. */
+			log_warn("prep: %s.spec: dropped uncommitted to make room for %.*s.spec", s->name,
+				 (int)n, name);
+			release_slot(s);
+		}
 		if (!s) {
 			ret = -ENOSPC;
 			goto out;
@@ -384,6 +490,7 @@ int prepdir_create(struct prepdir *pd, uint64_t parent, const char *name, struct
 		s->used = 1;
 		s->gen = gen;
 		memcpy(s->name, name, n);
+		s->stamp = ++pd->err_clock;
 	}
 	spec_attr(s, (unsigned)(s - pd->slots), a);
 out:
@@ -404,20 +511,28 @@ static void slot_bad(void *ctx, const char *rel, int err)
 {
 	struct slot *s = ctx;
 
-	log_warn("prep: %s: %s: %s; a gray substitute takes its place", s->name, rel,
-		 err == -EFBIG ? "image too large" : err == -EBADMSG ? "not a readable JPEG" : strerror(-err));
+	/* One call site per kind of trouble: the log's rate limit is per call
+	 * site, and a thousand corrupt JPEGs must not hide a vanished file. */
+	if (err == -EFBIG)
+		log_warn("prep: %s: %s: image too large; a gray substitute takes its place", s->name, rel);
+	else if (err == -EBADMSG)
+		log_warn("prep: %s: %s: not a readable JPEG; a gray substitute takes its place", s->name, rel);
+	else
+		log_warn("prep: %s: %s: %s; a gray substitute takes its place", s->name, rel, strerror(-err));
 }
 
-/* Records a refusal of slot S's spec: FMT takes the group's name, then
- * WHAT. Lock held. */
-static void refuse(struct slot *s, const char *fmt, const char *what)
+/* Records a refusal of slot S's spec (FMT takes the group's name, then
+ * WHAT) in NAME.error and the log. A slot with no group running is given
+ * back: the refused text is gone with it. Lock held. */
+static void refuse(struct prepdir *pd, struct slot *s, const char *fmt, const char *what)
 {
-	snprintf(s->error, sizeof(s->error), fmt, s->name, what);
-	s->ver++;
-	log_warn("prep: %s", s->error);
-	size_t l = strlen(s->error);
-	if (l + 1 < sizeof(s->error))
-		strcat(s->error, "\n");
+	char text[600];
+
+	snprintf(text, sizeof(text), fmt, s->name, what);
+	set_error(pd, s->name, text);
+	s->ver++;                           /* what NAME.spec shows may differ now */
+	if (!s->g)
+		release_slot(s);
 }
 
 /* Applies the text written to slot S: parses it whole and starts the group,
@@ -432,18 +547,19 @@ static int commit(struct prepdir *pd, struct slot *s)
 		return s->g ? 0 : -ENOENT;
 	s->pending = 0;
 	if (spec_parse(s->wbuf, s->wlen, &sp, err, sizeof(err)) < 0) {
-		refuse(s, "%s.spec: %s", err);
-		return s->g ? 0 : -EINVAL;
+		int running = s->g != NULL;
+		refuse(pd, s, "%s.spec: %s", err);
+		return running ? 0 : -EINVAL;
 	}
 	if (s->g) {
 		if (memcmp(&sp, group_spec(s->g), sizeof(sp)))
-			refuse(s, "%s.spec: a different spec was written for a running group; it keeps its "
+			refuse(pd, s, "%s.spec: a different spec was written for a running group; it keeps its "
 			       "spec (unlink .prep/%s.spec to end the group first)", s->name);
 		return 0;
 	}
 	struct folder *f;
 	if (pd->io.scan(pd->io.ctx, sp.root, &f, err, sizeof(err)) < 0) {
-		refuse(s, "%s.spec: %s", err);
+		refuse(pd, s, "%s.spec: %s", err);
 		return -EINVAL;
 	}
 	uint32_t nsamples = folder_samples(f), nclasses = folder_classes(f);
@@ -451,12 +567,12 @@ static int commit(struct prepdir *pd, struct slot *s)
 	int e = group_new(&sp, f, &gio, &pd->o, &s->g, err, sizeof(err));
 	if (e < 0) {
 		s->g = NULL;
-		refuse(s, "%s.spec: %s", err[0] ? err : strerror(-e));
-		return e;
+		refuse(pd, s, "%s.spec: %s", err[0] ? err : strerror(-e));
+		return e == -EFBIG ? -EINVAL : e;
 	}
 	int l = spec_render(&sp, s->spec, sizeof(s->spec));
 	s->spec_len = l > 0 ? (size_t)l : 0;
-	s->error[0] = '\0';
+	clear_error(pd, s->name);
 	s->ver++;
 	log_info("prep: group %s: %u images in %u classes, %llu batches of %u an epoch, %u epochs, %u consumers",
 		 s->name, nsamples, nclasses, (unsigned long long)group_batches(s->g), sp.batch, sp.epochs, sp.jobs);
@@ -482,11 +598,22 @@ ssize_t prepdir_write(struct prepdir *pd, uint64_t node, const void *buf, size_t
 	memcpy(s->wbuf + off, buf, len);
 	s->wlen = off ? ((size_t)off + len > s->wlen ? (size_t)off + len : s->wlen) : len;
 	s->pending = 1;
-	/* Writes may cut the text anywhere (a shell writes line by line), so
-	 * only the complete lines are judged now; all of it at commit. */
-	const char *nl = memrchr(s->wbuf, '\n', s->wlen);
-	if (nl && spec_parse(s->wbuf, (size_t)(nl - s->wbuf) + 1, &sp, err, sizeof(err)) < 0) {
-		refuse(s, "%s.spec: %s", err);
+	/* Each write must end a line, so the text is judged whole when the
+	 * write returns and the writer sees EINVAL there: close() cannot say
+	 * it (no FLUSH in no-open mode: answering FLUSH would cost every
+	 * close of every file a round trip, 90k -> 22k files/s in a warm
+	 * epoch, docs/design.md). Shells, printf, Python's and C's buffered
+	 * files all write whole lines. */
+	if (len && ((const char *)buf)[len - 1] != '\n') {
+		unsigned line = 1;
+		for (size_t i = 0; i + 1 < (size_t)off + len; i++)
+			line += s->wbuf[i] == '\n';
+		snprintf(err, sizeof(err), "line %u does not end with a newline: every write to a spec "
+			 "must end a line (printf 'batch=64\\n', echo)", line);
+		refuse(pd, s, "%s.spec: %s", err);
+		ret = -EINVAL;
+	} else if (spec_parse(s->wbuf, s->wlen, &sp, err, sizeof(err)) < 0) {
+		refuse(pd, s, "%s.spec: %s", err);
 		ret = -EINVAL;
 	}
 out:
@@ -502,6 +629,8 @@ void prepdir_release(struct prepdir *pd, uint64_t node)
 	struct slot *s = slot_of(pd, node);
 	if (s)
 		commit(pd, s);
+	if (s && s->used && !s->g && !s->wlen)
+		release_slot(s);            /* created and closed empty (touch): nothing declared */
 	pthread_mutex_unlock(&pd->lock);
 }
 
@@ -533,19 +662,21 @@ int prepdir_unlink(struct prepdir *pd, uint64_t parent, const char *name)
 	if (parent != PREPDIR_DIR_NODE)
 		return -EROFS;
 	pthread_mutex_lock(&pd->lock);
-	struct slot *s = NULL;
-	int is_spec = (n = split(name, "spec")) != 0;
-	if (!is_spec)
-		n = split(name, "error");
-	if (!n || !(s = find_name(pd, name, n))) {
+	if ((n = split(name, "error"))) {
+		char nm[NAME_MAX + 1];
+		snprintf(nm, sizeof(nm), "%.*s", (int)n, name);
+		if (find_error(pd, nm, n))
+			clear_error(pd, nm);
+		else
+			ret = -ENOENT;
+		goto out;
+	}
+	struct slot *s = (n = split(name, "spec")) ? find_name(pd, name, n) : NULL;
+	if (!s) {
 		ret = -ENOENT;
 		goto out;
 	}
-	if (is_spec) {
-		if (!s->g) {
-			ret = -ENOENT;
-			goto out;
-		}
+	if (s->g) {
 		/* Readers the kernel has not forgotten yet are closed here (their
 		 * nodes answer ENOENT from now on); a read still in flight is the
 		 * one reason to refuse. */
@@ -564,16 +695,10 @@ int prepdir_unlink(struct prepdir *pd, uint64_t parent, const char *name)
 				}
 		group_free(s->g);
 		s->g = NULL;
-		s->error[0] = '\0';        /* its complaints end with it */
+		clear_error(pd, s->name);   /* its complaints end with it */
 		log_info("prep: group %s ended", s->name);
-	} else {
-		s->error[0] = '\0';
 	}
-	s->ver++;
-	if (!s->g && !s->error[0]) {
-		s->used = 0;
-		s->gen++;                   /* old nodes of this slot are stale now */
-	}
+	release_slot(s);                    /* a group, or text not committed yet */
 out:
 	pthread_mutex_unlock(&pd->lock);
 	return ret;
@@ -609,16 +734,22 @@ const char *prepdir_dirent(struct prepdir *pd, uint64_t dir, uint64_t pos, int *
 			struct slot *s = &pd->slots[i];
 			if (!s->used)
 				continue;
-			for (int e = 0; e < 3 && !ret; e++) {
-				if ((e == 0 && !s->g) || (e == 1 && !s->g && !s->wlen) || (e == 2 && !s->error[0]))
+			for (int e = 0; e < 2 && !ret; e++) {
+				if ((e == 0 && !s->g) || (e == 1 && !s->g && !s->wlen))
 					continue;
 				if (k++ == pos) {
-					snprintf(name, len, "%s%s", s->name, e == 0 ? "" : e == 1 ? ".spec" : ".error");
+					snprintf(name, len, "%s%s", s->name, e == 0 ? "" : ".spec");
 					*is_dir = e == 0;
 					ret = name;
 				}
 			}
 		}
+		for (unsigned i = 0; i < PREPDIR_MAX_ERRORS && !ret; i++)
+			if (pd->errs[i].used && k++ == pos) {
+				snprintf(name, len, "%s.error", pd->errs[i].name);
+				*is_dir = 0;
+				ret = name;
+			}
 	} else if (KIND(dir) == K_GROUP || KIND(dir) == K_EPOCH) {
 		struct slot *s = slot_of(pd, dir);
 		if (s && s->g && KIND(dir) == K_GROUP && pos < group_spec(s->g)->epochs) {

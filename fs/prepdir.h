@@ -46,6 +46,7 @@
 #define PREPDIR_NODE_BIT (1ull << 62)
 #define PREPDIR_DIR_NODE (CONTROL_NODE_BIT | PREPDIR_NODE_BIT)
 #define PREPDIR_MAX_GROUPS 64
+#define PREPDIR_MAX_ERRORS 64         /* NAME.error files kept; the oldest goes */
 
 static inline int prepdir_is_node(uint64_t node)
 {

@@ -8,7 +8,8 @@
  *   frontier: the next batch in epoch order not made yet (a bitmap, one bit
  *   a batch, says which were). Either way only while the bytes held stay
  *   within opts.mem (one batch is always allowed, so a tiny budget still
- *   makes progress). Consumers that read in order therefore always
+ *   makes progress; group_new() refuses a spec whose batch alone exceeds
+ *   opts.mem). Consumers that read in order therefore always
  *   progress: the memory they wait for is held by batches the others will
  *   read, or by a dead consumer's, which the timeout frees.
  * - Reads never wait on a thread: a read of a batch not made yet is queued
@@ -523,6 +524,28 @@ static void *worker(void *arg)
 	return NULL;
 }
 
+/* BYTES as "38.5 MB" or "3298.5 GB" into BUF. */
+static const char *human(double bytes, char *buf, size_t len)
+{
+	snprintf(buf, len, bytes >= 1e10 ? "%.1f GB" : "%.1f MB", bytes >= 1e10 ? bytes / 1e9 : bytes / 1e6);
+	return buf;
+}
+
+int group_check_spec(const struct prep_spec *sp, const struct group_opts *o, char *err, size_t errlen)
+{
+	struct batch_header h;
+	size_t one = batch_layout(&sp->p, sp->batch, 0, 0, 0, &h);
+	char a[32], b[32];
+
+	if (!o->mem || one <= o->mem)
+		return 0;
+	snprintf(err, errlen, "one batch is %s (batch=%u at size=%u, %s), more than the prep memory of "
+		 "%s (--prep-mem): lower batch= or size=, or mount with a larger --prep-mem",
+		 human((double)one, a, sizeof(a)), sp->batch, sp->p.size,
+		 sp->p.dtype == BATCH_F32 ? "float32" : "uint8", human((double)o->mem, b, sizeof(b)));
+	return -EFBIG;
+}
+
 int group_new(const struct prep_spec *sp, struct folder *f, const struct group_io *io,
 	      const struct group_opts *o, struct group **out, char *err, size_t errlen)
 {
@@ -550,6 +573,12 @@ int group_new(const struct prep_spec *sp, struct folder *f, const struct group_i
 		folder_free(f);
 		free(g);
 		return -EINVAL;
+	}
+	int refused = group_check_spec(sp, o, err, errlen);
+	if (refused < 0) {
+		folder_free(f);
+		free(g);
+		return refused;
 	}
 	g->total = g->nb * sp->epochs;
 	g->jobs = sp->jobs;

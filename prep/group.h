@@ -75,9 +75,14 @@ struct group_stats {
 	uint32_t jobs;              /* consumers expected now */
 };
 
+/* What a spec may ask of the memory O gives a group: 0, or -EFBIG when one
+ * batch alone is larger than o->mem (a spec writer must not size the
+ * daemon's memory), with ERR naming the sizes and the fix. */
+int group_check_spec(const struct prep_spec *sp, const struct group_opts *o, char *err, size_t errlen);
+
 /* Starts a group over F (taken over, freed with the group). 0 and *OUT;
  * -EINVAL (fewer samples than one batch with drop_last: ERR says so),
- * -ENOMEM, or a thread error. */
+ * -EFBIG (group_check_spec), -ENOMEM, or a thread error. */
 int group_new(const struct prep_spec *sp, struct folder *f, const struct group_io *io,
 	      const struct group_opts *o, struct group **out, char *err, size_t errlen);
 /* Stops the workers, fails reads still waiting (-ESHUTDOWN) and frees

@@ -354,13 +354,33 @@ Test(group, drop_last_and_too_few_samples)
 	struct group_opts o = { .threads = 1, .mem = 1 << 20 };
 
 	tree();
-	g = mkgroup("batch=8\ndrop_last=1\n", 1 << 20, 60);
+	g = mkgroup("batch=8\ndrop_last=1\n", 8 << 20, 60);
 	cr_expect_eq(group_batches(g), 8);
 	group_free(g);
 	cr_assert_eq(spec_parse("batch=100\ndrop_last=1", 21, &sp, err, sizeof(err)), 0);
 	cr_assert_eq(folder_scan(base, "", &f, err, sizeof(err)), 0);
 	cr_expect_eq(group_new(&sp, f, &io, &o, &g, err, sizeof(err)), -EINVAL);
 	cr_expect(strstr(err, "67 samples make no batch of 100"), "%s", err);
+}
+
+/* --prep-mem caps a batch too: a spec whose one batch exceeds it is refused
+ * with the sizes named, before any worker starts. */
+Test(group, a_batch_larger_than_the_memory_is_refused)
+{
+	struct prep_spec sp;
+	struct folder *f;
+	struct group *g = NULL;
+	char err[256];
+	struct group_io io = { .ctx = &base, .read_file = read_file };
+	struct group_opts o = { .threads = 1, .mem = 1 << 20 };
+	const char *text = "batch=64\nsize=224\ndtype=float32\n";
+
+	tree();
+	cr_assert_eq(spec_parse(text, strlen(text), &sp, err, sizeof(err)), 0);
+	cr_assert_eq(folder_scan(base, "", &f, err, sizeof(err)), 0);
+	cr_expect_eq(group_new(&sp, f, &io, &o, &g, err, sizeof(err)), -EFBIG);
+	cr_expect(strstr(err, "--prep-mem") && strstr(err, "38.5 MB"), "%s", err);
+	cr_expect_null(g);
 }
 
 /* Workers run AHEAD batches past the furthest read and no further, however
