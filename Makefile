@@ -38,13 +38,14 @@ LIBS = $(PKG_LIBS) -lpthread -lm
 
 CORE_SRC := fs/log.c fs/path.c fs/index.c fs/storage.c fs/stats.c fs/control.c \
 	    fs/watch.c fs/core.c fs/options.c fs/cache.c fs/maint.c fs/prepdir.c \
-	    fs/owner.c fs/cluster.c fs/proto.c fs/peer.c
+	    fs/owner.c fs/cluster.c fs/proto.c fs/peer.c fs/manifest.c
 PREP_SRC := prep/jpeg.c prep/augment.c prep/batch.c prep/spec.c prep/folder.c prep/group.c
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o) $(PREP_SRC:%.c=$(BUILD)/%.o)
 CORE_LIB := $(BUILD)/libepochfs.a
 
 DAEMON := $(BUILD)/epochfs
-TOOLS := $(BUILD)/epochfs-gen $(BUILD)/epochfs-bench $(BUILD)/epochfs-stat $(BUILD)/epochfs-prep
+TOOLS := $(BUILD)/epochfs-gen $(BUILD)/epochfs-bench $(BUILD)/epochfs-stat $(BUILD)/epochfs-prep \
+	 $(BUILD)/epochfs-manifest
 TOOL_OBJ := $(BUILD)/tools/mstats.o
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
@@ -112,6 +113,7 @@ FUZZ_SRC_proto := fs/proto.c
 FUZZ_SRC_text := fs/cluster.c prep/spec.c
 FUZZ_SRC_jpeg := prep/batch.c prep/jpeg.c prep/augment.c
 FUZZ_LIBS_jpeg := -ljpeg
+FUZZ_LIBS_proto := -lsodium
 CORPUS := $(BUILD)/fuzz-corpus
 
 .SECONDEXPANSION:

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "core.h"
@@ -13,7 +14,7 @@
 #include "syncwait.h"
 #include "watch.h"
 
-#define CORE_MAX_SAMPLES 400     /* ours, and the peer layer's (at most 64 peers x 4 + 8) */
+#define CORE_MAX_SAMPLES 512     /* ours, and the peer layer's (at most 64 peers x 5 + 8) */
 
 static int core_render(void *arg, enum control_file f, char *buf, size_t len)
 {
@@ -62,6 +63,63 @@ static ssize_t prep_read_file(void *ctx, const char *rel, void **buf, size_t *ca
 static int prep_scan(void *ctx, const char *rel, struct folder **out, char *err, size_t errlen)
 {
 	return folder_scan(((struct core *)ctx)->rootfd, rel, out, err, errlen);
+}
+
+/* --manifest: loads, checks it fits this mount, binds it to the index. A
+ * manifest that does not match SOURCE's files is reported in one line and
+ * used for the files it does match; the others are read from storage only
+ * (core_verifiable), never from a peer. */
+static int manifest_setup(struct core *c, const char *path)
+{
+	struct manifest_report rep;
+	char err[600];
+	int e = manifest_load(path, &c->man, err, sizeof(err));
+
+	if (e < 0) {
+		log_error("--manifest %s", err);
+		return e;
+	}
+	if (manifest_chunk(c->man) != c->chunk) {
+		log_error("--manifest %s: built with %u-byte chunks, this mount caches %u-byte ones: rebuild "
+			  "it with epochfs-manifest --chunk %u, or mount with --cache-chunk %u", path,
+			  manifest_chunk(c->man), c->chunk, c->chunk, manifest_chunk(c->man));
+		return -EINVAL;
+	}
+	if ((e = manifest_bind(c->man, c->ix, &rep)) < 0) {
+		log_error("--manifest %s: %s", path, strerror(-e));
+		return e;
+	}
+	c->man_files = rep.matched;
+	c->man_unverified = rep.missing + rep.size_differs;
+	if (rep.missing || rep.extra || rep.size_differs)
+		log_warn("--manifest %s does not match SOURCE: %llu files not in it%s%s%s, %llu sizes differ%s%s%s, "
+			 "%llu records name no file%s%s%s; files it cannot check are read from storage "
+			 "only (rebuild it with epochfs-manifest)", path,
+			 (unsigned long long)rep.missing, rep.missing ? " (first: " : "", rep.first_missing,
+			 rep.missing ? ")" : "", (unsigned long long)rep.size_differs,
+			 rep.size_differs ? " (first: " : "", rep.first_size, rep.size_differs ? ")" : "",
+			 (unsigned long long)rep.extra, rep.extra ? " (first: " : "", rep.first_extra,
+			 rep.extra ? ")" : "");
+	else
+		log_info("--manifest %s: %llu files, every byte from storage or a peer is checked", path,
+			 (unsigned long long)rep.matched);
+	return 0;
+}
+
+const struct manifest *core_manifest(const struct core *c)
+{
+	return c->man;
+}
+
+int core_verifiable(const struct core *c, uint32_t id, uint64_t size)
+{
+	uint64_t rsize;
+	int f;
+
+	if (!c->man || (f = manifest_file_of(c->man, id)) < 0 ||
+	    manifest_record(c->man, (uint64_t)f, NULL, NULL, &rsize, NULL) < 0 || rsize != size)
+		return -1;
+	return f;
 }
 
 /* .prep/: groups read images through the core (and so the RAM cache). */
@@ -116,6 +174,8 @@ int core_open(const struct core_opts *o, struct core **out)
 	err = cache_setup(c, o);
 	if (err < 0)
 		goto fail;
+	if (o->manifest && (err = manifest_setup(c, o->manifest)) < 0)
+		goto fail;
 	if (o->prep && (err = prep_setup(c, o)) < 0)
 		goto fail;
 	*out = c;
@@ -142,6 +202,76 @@ static void debug_cmd(void *arg, char cmd)
 	if (index_path(c->ix, id, path, sizeof(path)) < 0)
 		snprintf(path, sizeof(path), "#%u", id);
 	log_warn("debug hook: flipped one bit of cached item %s (chunk %u)", path, chunk);
+}
+
+/* Filesystems where inotify sees only this host's changes (f_type magic
+ * numbers, linux/magic.h and the filesystems' own sources). */
+static const char *remote_fs(int rootfd)
+{
+	static const struct { unsigned long magic; const char *name; } remote[] = {
+		{ 0x6969, "NFS" }, { 0xff534d42, "CIFS" }, { 0xfe534d42, "SMB2" }, { 0x517b, "SMB" },
+		{ 0x0bd00bd0, "Lustre" }, { 0x00c36400, "Ceph" }, { 0x65735546, "FUSE" },
+		{ 0x01021997, "9p" }, { 0x47504653, "GPFS" }, { 0x5346414f, "AFS" },
+		{ 0x19830326, "BeeGFS" }, { 0x01161970, "GFS2" }, { 0x7461636f, "OCFS2" },
+		{ 0x013111a8, "IBRIX" }, { 0x6b414653, "kAFS" }, { 0x564c, "NCP" },
+	};
+	struct statfs sf;
+
+	if (fstatfs(rootfd, &sf) < 0)
+		return NULL;
+	for (size_t i = 0; i < sizeof(remote) / sizeof(remote[0]); i++)
+		if ((unsigned long)(unsigned)sf.f_type == remote[i].magic)
+			return remote[i].name;
+	return NULL;
+}
+
+/* The staleness bound (core_timeout): --timeout, or picked from whether the
+ * watch can see every change. */
+static void settle_timeout(struct core *c)
+{
+	const char *fs = remote_fs(c->rootfd);
+
+	c->timeout = c->opts.timeout;
+	if (c->timeout < 0) {
+		c->timeout = c->watch && !fs ? CORE_TIMEOUT_WATCHED : CORE_TIMEOUT_UNWATCHED;
+		if (fs && c->opts.watch)
+			log_info("%s is on %s, where inotify misses other hosts' changes: entries are "
+				 "re-checked after %g s (--timeout)", c->source, fs, c->timeout);
+	}
+	index_set_max_age(c->ix, c->timeout);
+}
+
+double core_timeout(const struct core *c)
+{
+	return c->timeout;
+}
+
+int core_lookup(struct core *c, uint32_t parent, const char *name, struct index_attr *a,
+		double *valid)
+{
+	/* Gone entries too: a file that came back is found by its check. */
+	uint32_t id = index_find(c->ix, parent, name);
+
+	*valid = c->timeout;
+	stats_add(&c->stats, STAT_LOOKUPS, 1);
+	if (!id)
+		return -ENOENT;     /* names created after the scan are never added */
+	index_revalidate(c->ix, id, valid);
+	if (index_get(c->ix, id, a) < 0 || a->gone)
+		return -ENOENT;
+	return 0;
+}
+
+int core_getattr(struct core *c, uint32_t id, uint32_t gen, struct index_attr *a, double *valid)
+{
+	*valid = c->timeout;
+	if (index_get(c->ix, id, a) < 0)
+		return -ENOENT;
+	if (index_revalidate(c->ix, id, valid) > 0 && index_get(c->ix, id, a) < 0)
+		return -ENOENT;
+	if (a->gone || (!S_ISDIR(a->mode) && a->gen != gen))
+		return -ESTALE;
+	return 0;
 }
 
 int core_start(struct core *c)
@@ -172,6 +302,7 @@ int core_start(struct core *c)
 			c->watch = NULL;
 		}
 	}
+	settle_timeout(c);
 	if (c->peer.start && (err = c->peer.start(c->peer.ctx)) < 0) {
 		log_error("cannot start the peer thread: %s", strerror(-err));
 		return err;
@@ -194,6 +325,7 @@ void core_close(struct core *c)
 	storage_free(c->st);
 	control_free(c->ctl);
 	cache_free(c->cache);
+	manifest_free(c->man);
 	index_free(c->ix);
 	if (c->rootfd >= 0)
 		close(c->rootfd);
@@ -219,6 +351,7 @@ struct core_read_ctx {
 	struct cache_ref ref;       /* LOAD: the item being filled */
 	off_t item_off;             /* file offset of the item */
 	struct cache_waiter w;      /* WAIT */
+	int via_storage;            /* LOAD: storage answered (not a peer, which checks its own) */
 	core_read_fn done;
 	void *arg;
 };
@@ -263,6 +396,7 @@ static void storage_done(void *arg, ssize_t res, const void *buf)
 struct fetch_ctx {
 	struct core *c;
 	int next;
+	int *via_storage;           /* set to 1 if storage answers (or NULL) */
 	uint32_t id;
 	struct index_version v;
 	off_t off;
@@ -274,7 +408,7 @@ struct fetch_ctx {
 
 static void fetch(struct core *c, int i, uint32_t id, const char *rel,
 		  const struct index_version *v, off_t off, size_t len, void *buf,
-		  source_done_fn done, void *arg);
+		  int *via_storage, source_done_fn done, void *arg);
 
 static void fetch_done(void *arg, ssize_t res, const void *buf)
 {
@@ -286,25 +420,29 @@ static void fetch_done(void *arg, ssize_t res, const void *buf)
 	} else if ((res = index_path(f->c->ix, f->id, path, sizeof(path))) < 0) {
 		f->done(f->arg, res, NULL);
 	} else {
-		fetch(f->c, f->next, f->id, path, &f->v, f->off, f->len, f->buf, f->done, f->arg);
+		fetch(f->c, f->next, f->id, path, &f->v, f->off, f->len, f->buf, f->via_storage, f->done,
+		      f->arg);
 	}
 	free(f);
 }
 
 /* Fetches a miss from the sources, from the I-th on; storage, the last,
- * is called directly. DONE runs once. */
+ * is called directly (and sets *VIA_STORAGE, when given, first). DONE runs
+ * once. */
 static void fetch(struct core *c, int i, uint32_t id, const char *rel,
 		  const struct index_version *v, off_t off, size_t len, void *buf,
-		  source_done_fn done, void *arg)
+		  int *via_storage, source_done_fn done, void *arg)
 {
 	struct fetch_ctx *f;
 
 	if (i >= c->nsources || !(f = malloc(sizeof(*f)))) {
+		if (via_storage)
+			*via_storage = 1;
 		storage_read(c->st, rel, v, off, len, buf, done, arg);
 		return;
 	}
-	*f = (struct fetch_ctx){ .c = c, .next = i + 1, .id = id, .v = *v, .off = off, .len = len,
-				 .buf = buf, .done = done, .arg = arg };
+	*f = (struct fetch_ctx){ .c = c, .next = i + 1, .via_storage = via_storage, .id = id, .v = *v,
+				 .off = off, .len = len, .buf = buf, .done = done, .arg = arg };
 	c->sources[i].read(c->sources[i].ctx, id, rel, v, off, len, buf, fetch_done, f);
 }
 
@@ -326,7 +464,7 @@ static void read_storage(struct core_read_ctx *x)
 		storage_done(x, err, NULL);
 		return;
 	}
-	fetch(x->c, 0, x->id, path, &x->a.v, x->off, x->len, NULL, storage_done, x);
+	fetch(x->c, 0, x->id, path, &x->a.v, x->off, x->len, NULL, NULL, storage_done, x);
 }
 
 /* Serves the request from item bytes DATA (LEN long, at x->item_off).
@@ -352,18 +490,39 @@ static void wait_done(void *arg, const void *data, size_t len)
 	free(x);
 }
 
+/* With a manifest: whether the storage bytes of a load are the ones it
+ * lists. A mismatch (SOURCE changed in place, or corrupt under us) is
+ * counted and logged; SOURCE stays what readers get, but the bytes are
+ * never cached, so never served to a peer as checked. */
+static int load_checks(struct core_read_ctx *x)
+{
+	struct core *c = x->c;
+	uint32_t chunk = (uint32_t)((uint64_t)x->item_off / c->chunk);
+	int f = core_verifiable(c, x->id, x->a.v.size);
+	char path[4096];
+
+	if (f < 0 || manifest_check(c->man, (uint32_t)f, chunk, x->ref.data, x->ref.len) == 0)
+		return 1;
+	stats_add(&c->stats, STAT_MANIFEST_MISMATCHES, 1);
+	if (index_path(c->ix, x->id, path, sizeof(path)) < 0)
+		snprintf(path, sizeof(path), "#%u", x->id);
+	log_warn("%s (chunk %u): storage bytes do not match the manifest; served, not cached", path, chunk);
+	return 0;
+}
+
 static void load_done(void *arg, ssize_t res, const void *buf)
 {
 	struct core_read_ctx *x = arg;
-	int ok = res == (ssize_t)x->ref.len;
+	int ok = res == (ssize_t)x->ref.len, keep = ok && (!x->via_storage || !x->c->man || load_checks(x));
 
 	(void)buf;
-	/* Serve our own request first, then let the waiters go. */
-	if (ok)
+	/* Serve our own request first, then let the waiters go. A peer asking
+	 * for bytes we could not check gets an error and reads storage itself. */
+	if (ok && (keep || x->part != PART_PEER))
 		reply_from_item(x, x->ref.data, x->ref.len, 0);
 	else
-		reply(x, res < 0 ? res : -EIO, NULL, 0);
-	cache_loaded(x->c->cache, &x->ref, ok);
+		reply(x, res < 0 ? res : ok ? -EBADMSG : -EIO, NULL, 0);
+	cache_loaded(x->c->cache, &x->ref, keep);
 	free(x);
 }
 
@@ -445,7 +604,7 @@ static void read_item(struct core *c, uint32_t id, const struct index_attr *a, o
 			load_done(x, err, NULL);
 			return;
 		}
-		fetch(c, 0, id, path, &a->v, item_off, ref.len, ref.data, load_done, x);
+		fetch(c, 0, id, path, &a->v, item_off, ref.len, ref.data, &x->via_storage, load_done, x);
 		return;
 	}
 	if (part == PART_PEER) {
@@ -537,6 +696,8 @@ void core_read(struct core *c, uint32_t id, uint32_t gen, off_t off, size_t len,
 {
 	struct index_attr a;
 
+	/* A coarse clock read on the hit path; a stat when the check is due. */
+	index_revalidate(c->ix, id, NULL);
 	if (index_get(c->ix, id, &a) < 0 || !S_ISREG(a.mode)) {
 		stats_add(&c->stats, STAT_READ_ERRORS, 1);
 		done(arg, -EIO, NULL);
@@ -734,6 +895,9 @@ int core_samples(struct core *c, struct sample *out, int max)
 	COUNTER("cache_scrubbed_bytes", "Bytes the background scrubber re-checked", cs.scrubbed_bytes);
 	COUNTER("cache_scrub_passes", "Full passes of the scrubber over the cache", cs.scrub_passes);
 	GAUGE("cache_prefaulted_bytes", "Arena bytes made resident ahead of the fill", cs.prefaulted);
+	GAUGE("manifest_files", "Files the manifest (--manifest) checks", c->man_files);
+	GAUGE("manifest_unverified", "Files the manifest cannot check (not in it, or another size): storage only",
+	      c->man_unverified);
 	struct group_stats ps = { 0 };
 	uint64_t groups = 0;
 	if (c->prep)

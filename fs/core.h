@@ -17,6 +17,7 @@
 #include "control.h"
 #include "index.h"
 #include "maint.h"
+#include "manifest.h"
 #include "prepdir.h"
 #include "source.h"
 #include "stats.h"
@@ -30,6 +31,8 @@ struct core_opts {
 	unsigned ring_depth;        /* 0: default */
 	int progress;               /* scan progress line on stderr */
 	int watch;                  /* follow changes with inotify */
+	double timeout;             /* seconds an entry's check against SOURCE stays valid
+				     * (--timeout); < 0: picked by core_start() */
 	int cache_default;          /* size the cache by default (cache_size ignored) */
 	uint64_t cache_size;        /* bytes; 0: no RAM cache */
 	uint64_t cache_chunk;       /* item size for large files */
@@ -37,6 +40,7 @@ struct core_opts {
 	uint64_t scrub_rate;        /* bytes/s the scrubber re-checks; 0: none */
 	uint64_t prefault_window;   /* arena bytes kept resident ahead of the fill; 0: none */
 	int keep_source_cache;      /* leave SOURCE's page cache alone after reads */
+	const char *manifest;       /* checksums to verify loads and peer replies against, or NULL */
 	int prep;                   /* serve .prep/ */
 	uint64_t prep_mem;          /* bytes of made batches per group; 0: default */
 	unsigned prep_threads;      /* workers per group; 0: one per CPU */
@@ -72,10 +76,13 @@ struct core {
 	struct cache *cache;        /* NULL: no RAM cache */
 	struct maint *maint;        /* the cache's background thread; NULL: none */
 	struct prepdir *prep;       /* .prep/; NULL with --no-prep */
+	struct manifest *man;       /* --manifest, bound to the index; NULL: none */
 	struct source sources[CORE_MAX_SOURCES];    /* tried in order; storage last */
 	int nsources;
 	uint32_t chunk;
 	uint64_t cache_need;        /* arena bytes the whole dataset would take */
+	double timeout;             /* core_timeout(), settled by core_start() */
+	uint64_t man_files, man_unverified;         /* manifest records bound; files it cannot check */
 	struct stats stats;
 	struct core_opts opts;
 	struct core_peer_hooks peer;    /* owns == NULL: no peers */
@@ -99,6 +106,12 @@ int core_add_source(struct core *c, const struct source *s);
 
 /* Installs the peer layer's hooks. Call before reads begin. */
 void core_set_peer_hooks(struct core *c, const struct core_peer_hooks *h);
+/* The manifest (--manifest), or NULL. core_verifiable() gives the record of
+ * file ID at size SIZE, or -1 when its bytes cannot be checked (no
+ * manifest, not in it, or another size now). */
+const struct manifest *core_manifest(const struct core *c);
+int core_verifiable(const struct core *c, uint32_t id, uint64_t size);
+
 /* The cache's item size (also what ownership is computed over). */
 uint32_t core_chunk(const struct core *c);
 /* Cache bytes the items this node owns would take (OWNS as in the hooks). */
@@ -112,15 +125,41 @@ uint64_t core_cache_capacity(const struct core *c);
  * path), so tests can prove a corrupt item is never served. */
 int core_debug_fd(struct core *c);
 
+/* How long a check of an entry against SOURCE stays valid: --timeout, or,
+ * when none was given, CORE_TIMEOUT_WATCHED where the inotify watch sees
+ * every change (a local filesystem, watch running) and
+ * CORE_TIMEOUT_UNWATCHED elsewhere (NFS, Lustre, FUSE, --no-watch: other
+ * clients' changes raise no event). Settled by core_start(). Nothing in
+ * the kernel above the mount is told to cache an entry for longer than its
+ * check has left, so a change is seen within this bound. */
+#define CORE_TIMEOUT_WATCHED 3600.0
+#define CORE_TIMEOUT_UNWATCHED 1.0
+double core_timeout(const struct core *c);
+
+/* Lookup of NAME in directory PARENT (index ids), for the kernel: the entry
+ * is re-checked against SOURCE when its check is older than core_timeout()
+ * (so a file changed where inotify cannot see is noticed), and a changed
+ * file comes back at its new generation. 0 and *A, or -ENOENT; *VALID gets
+ * how long the answer (the entry, or its absence) may be cached. */
+int core_lookup(struct core *c, uint32_t parent, const char *name, struct index_attr *a,
+		double *valid);
+/* Attributes of entry ID as of generation GEN (directories: any), re-checked
+ * like core_lookup(). 0 and *A; -ESTALE when the file changed since GEN or
+ * vanished; -ENOENT for an id the index never had. */
+int core_getattr(struct core *c, uint32_t id, uint32_t gen, struct index_attr *a, double *valid);
+
 /* Done callback of core_read(): RES bytes in BUF, or -errno. BUF is valid
  * only during the call. */
 typedef void (*core_read_fn)(void *arg, ssize_t res, const void *buf);
 
 /* Reads up to LEN bytes at OFF of file ID as of generation GEN: from the RAM
  * cache when the item is there (or admitted now), else from storage. Clamps
- * to the file's size. -ESTALE when GEN is not the current generation or the file
- * changed during the read; then the index is refreshed (after DONE ran). DONE
- * is called exactly once, on this thread or the storage completion thread. */
+ * to the file's size. The entry is re-checked first when its check is older
+ * than core_timeout(), so a cached item is never served past that bound
+ * after its file changed. -ESTALE when GEN is not the current generation or
+ * the file changed during the read; then the index is refreshed (after DONE
+ * ran). DONE is called exactly once, on this thread or the storage
+ * completion thread. */
 void core_read(struct core *c, uint32_t id, uint32_t gen, off_t off, size_t len,
 	       core_read_fn done, void *arg);
 

@@ -46,6 +46,12 @@ struct ix_ent {
 	uint32_t parent, name_off;
 	uint32_t first, count;      /* directories: children [first, first+count) */
 	uint32_t mode, uid, gid;
+	/* Mutable like the version (under the seq counter). */
+	uint32_t nlink;
+	uint64_t blocks;
+	/* Atomic, outside the seq counter: when the entry was last checked
+	 * against SOURCE, in ticks (1/64 s) since the index was made. */
+	uint32_t checked;
 };
 
 struct index {
@@ -55,6 +61,8 @@ struct index {
 	char *names;
 	size_t names_len;
 	struct index_totals totals;
+	struct timespec t0;         /* tick 0 of the entries' check stamps */
+	uint32_t max_age;           /* ticks a check stays valid (atomic) */
 	unsigned seq;               /* odd while a writer publishes */
 	pthread_mutex_t wlock;      /* serialises index_refresh() */
 	index_change_fn change_fn;
@@ -63,6 +71,18 @@ struct index {
 
 #define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 #define STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
+#define TICKS_PER_S 64
+
+/* Now, in check-stamp ticks. The coarse clock costs a few ns (vDSO) and
+ * its resolution (a jiffy) is finer than a tick. */
+static uint32_t ticks(const struct index *ix)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+	return (uint32_t)((t.tv_sec - ix->t0.tv_sec) * TICKS_PER_S +
+			  (t.tv_nsec - ix->t0.tv_nsec) / (1000000000 / TICKS_PER_S));
+}
 
 static int64_t ts_ns(const struct timespec *t)
 {
@@ -290,6 +310,8 @@ static void fill_ent(struct ix_ent *e, const struct stat *st)
 	e->mode = st->st_mode;
 	e->uid = st->st_uid;
 	e->gid = st->st_gid;
+	e->nlink = (uint32_t)st->st_nlink;
+	e->blocks = (uint64_t)st->st_blocks;
 }
 
 /* ---- phase 2: breadth-first layout ---- */
@@ -317,7 +339,8 @@ static int layout(struct index *ix, struct scan_dir *root, const struct stat *ro
 		p->count = d ? d->n : 0;
 		if (!d)
 			continue;
-		qsort(d->ents, d->n, sizeof(*d->ents), cmp_scan_ent);
+		if (d->n > 1)
+			qsort(d->ents, d->n, sizeof(*d->ents), cmp_scan_ent);
 		for (uint32_t i = 0; i < d->n; i++, next++) {
 			struct ix_ent *e = &ix->ents[next];
 			size_t len = strlen(d->ents[i].name);
@@ -408,6 +431,8 @@ int index_scan(int rootfd, const struct index_scan_opts *o, struct index **out)
 		goto out;
 	}
 	ix->rootfd = rootfd;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ix->t0);
+	ix->max_age = UINT32_MAX;
 	ix->n = (uint32_t)(s.entries + 1);
 	ix->names_len = s.names_len + 1;
 	ix->ents = calloc(ix->n + 1, sizeof(*ix->ents));
@@ -480,6 +505,8 @@ int index_get(const struct index *ix, uint32_t id, struct index_attr *a)
 	a->nchildren = S_ISDIR(e->mode) ? e->count : 0;
 	do {
 		s0 = __atomic_load_n(&ix->seq, __ATOMIC_ACQUIRE);
+		a->nlink = LOAD(e->nlink);
+		a->blocks = LOAD(e->blocks);
 		a->v.ino = LOAD(e->ino);
 		a->v.size = LOAD(e->size);
 		a->v.mtime_ns = LOAD(e->mtime_ns);
@@ -625,6 +652,7 @@ int index_refresh(struct index *ix, uint32_t id, int force)
 		changed = force || !index_version_eq(&was, &now) || (e->flags & IX_GONE);
 	if (S_ISDIR(e->mode) && !gone)
 		changed = (e->flags & IX_GONE) != 0;  /* a directory's stat churns; only presence matters */
+	STORE(e->checked, ticks(ix));
 	if (changed) {
 		__atomic_add_fetch(&ix->seq, 1, __ATOMIC_RELEASE);
 		__atomic_thread_fence(__ATOMIC_RELEASE);
@@ -637,6 +665,8 @@ int index_refresh(struct index *ix, uint32_t id, int force)
 				STORE(e->size, now.size);
 				STORE(e->mtime_ns, now.mtime_ns);
 				STORE(e->ctime_ns, now.ctime_ns);
+				STORE(e->nlink, (uint32_t)st.st_nlink);
+				STORE(e->blocks, (uint64_t)st.st_blocks);
 			}
 		}
 		if (!S_ISDIR(e->mode))
@@ -648,4 +678,56 @@ int index_refresh(struct index *ix, uint32_t id, int force)
 	if (changed && ix->change_fn)
 		ix->change_fn(ix->change_arg, id, e->parent, ix->names + e->name_off, old_gen);
 	return changed;
+}
+
+void index_set_max_age(struct index *ix, double seconds)
+{
+	double t = seconds * TICKS_PER_S;
+
+	/* Past ~2 years (a tick count's half range) means never. */
+	STORE(ix->max_age, t < 0 ? 0 : t >= (double)(UINT32_MAX / 2) ? UINT32_MAX : (uint32_t)t);
+}
+
+double index_max_age(const struct index *ix)
+{
+	uint32_t m = LOAD(ix->max_age);
+
+	return m == UINT32_MAX ? 1e9 : (double)m / TICKS_PER_S;
+}
+
+double index_valid_for(const struct index *ix, uint32_t id)
+{
+	uint32_t max = LOAD(ix->max_age), age;
+
+	if (max == UINT32_MAX || id <= INDEX_ROOT || id > ix->n)
+		return index_max_age(ix);
+	age = ticks(ix) - LOAD(ix->ents[id].checked);
+	if (age >= UINT32_MAX / 2)
+		return (double)max / TICKS_PER_S;   /* stamped a moment after our clock read */
+	return age < max ? (double)(max - age) / TICKS_PER_S : 0;
+}
+
+int index_revalidate(struct index *ix, uint32_t id, double *valid)
+{
+	uint32_t max = LOAD(ix->max_age), now, was, age;
+	struct ix_ent *e;
+
+	if (valid)
+		*valid = index_max_age(ix);
+	if (id <= INDEX_ROOT || id > ix->n || max == UINT32_MAX)
+		return 0;
+	e = &ix->ents[id];
+	now = ticks(ix);
+	was = LOAD(e->checked);
+	age = now - was;
+	if (age <= max && age < UINT32_MAX / 2) {
+		if (valid)
+			*valid = (double)(max - age) / TICKS_PER_S;
+		return 0;
+	}
+	/* Due. One caller checks; the others go on with the index as it is
+	 * (a check is a stat, so they wait at most that long for the news). */
+	if (!__atomic_compare_exchange_n(&e->checked, &was, now, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		return 0;
+	return index_refresh(ix, id, 0);
 }

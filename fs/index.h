@@ -43,6 +43,8 @@ struct index_attr {
 	uint32_t mode;      /* st_mode of the backing entry */
 	uint32_t uid, gid;
 	uint32_t nchildren; /* directories: number of children (gone included) */
+	uint32_t nlink;     /* SOURCE's link count (hard links show as in SOURCE) */
+	uint64_t blocks;    /* SOURCE's st_blocks (512-byte units; sparse files stay sparse) */
 	int gone;           /* vanished from SOURCE since the scan */
 	struct index_version v;
 };
@@ -102,6 +104,22 @@ void index_set_change_cb(struct index *ix, index_change_fn fn, void *arg);
  * the same (a write was seen). Returns 1 if it changed or vanished (and the
  * callback ran), 0 if not, -errno on a failure to look. */
 int index_refresh(struct index *ix, uint32_t id, int force);
+
+/* Revalidation without inotify. Every entry remembers when it was last
+ * checked against SOURCE (the scan, index_refresh, or this call).
+ * index_set_max_age() sets how long such a check stays valid (seconds;
+ * 0: every use re-checks). index_revalidate(): when ID's check is older
+ * than that, one caller re-stats it now (index_refresh) while concurrent
+ * callers go on with what the index holds; returns 1 if it changed or
+ * vanished (the change callback ran), 0 if not or not due, -errno if it
+ * could not look. *VALID (may be NULL) gets how many more seconds the
+ * entry's current check holds: what a kernel may cache it for, so nothing
+ * above the mount outlives the bound. The root is never re-checked. */
+void index_set_max_age(struct index *ix, double seconds);
+double index_max_age(const struct index *ix);
+int index_revalidate(struct index *ix, uint32_t id, double *valid);
+/* Seconds ID's current check still holds (0 when due), without checking. */
+double index_valid_for(const struct index *ix, uint32_t id);
 
 /* 1 if A and B are the same version. */
 int index_version_eq(const struct index_version *a, const struct index_version *b);

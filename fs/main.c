@@ -19,6 +19,7 @@
 #include "log.h"
 #include "ops.h"
 #include "options.h"
+#include "path.h"
 #include "peer.h"
 
 #ifndef EPOCHFS_VERSION
@@ -54,6 +55,43 @@ static int check_dir(const char *what, const char *path)
 		return -1;
 	}
 	return 0;
+}
+
+/* Refuses a MOUNTPOINT on SOURCE, inside it, or holding it, also when
+ * SOURCE is itself (a path in) an epochfs mount, whose own SOURCE counts:
+ * each would make the daemon wait on the mount it serves. 0, or -1
+ * (logged). */
+static int check_overlap(const char *source, const char *mountpoint)
+{
+	char *s = realpath(source, NULL), *m = realpath(mountpoint, NULL), cur[4096];
+	int ret = 0;
+
+	if (!s || !m) {
+		free(s);
+		free(m);
+		return 0;           /* check_dir() has reported it */
+	}
+	snprintf(cur, sizeof(cur), "%s", s);
+	for (int depth = 0; depth < 16; depth++) {
+		char up[4096];
+		if (path_overlap(cur, m)) {
+			if (depth)
+				log_error("SOURCE %s is read through epochfs from %s, which overlaps MOUNTPOINT "
+					  "%s: the daemon would wait on its own mount; mount outside of %s",
+					  s, cur, m, cur);
+			else
+				log_error("SOURCE %s and MOUNTPOINT %s overlap (one is or holds the other): "
+					  "the daemon would wait on its own mount; mount outside of %s", s, m, s);
+			ret = -1;
+			break;
+		}
+		if (path_epochfs_origin("/proc/self/mountinfo", cur, up, sizeof(up)) <= 0)
+			break;
+		snprintf(cur, sizeof(cur), "%s", up);
+	}
+	free(s);
+	free(m);
+	return ret;
 }
 
 /* Joins the cluster when a peer list is given (--peers, --peers-file, or
@@ -133,8 +171,10 @@ static int setup_peers(const struct options *o, struct core *core)
 		 o->insecure_peers ? "; peers NOT authenticated (--insecure-peers)" : "");
 	if (getenv("EPOCHFS_DEBUG_HOOKS") && !strcmp(getenv("EPOCHFS_DEBUG_HOOKS"), "1") &&
 	    getenv("EPOCHFS_DEBUG_PEER_LIE")) {
-		peer_debug_lie(p, 1);
-		log_warn("debug hooks: this node corrupts every reply it sends to peers");
+		int consistent = !strcmp(getenv("EPOCHFS_DEBUG_PEER_LIE"), "consistent");
+		peer_debug_lie(p, consistent ? 2 : 1);
+		log_warn("debug hooks: this node corrupts every reply it sends to peers%s",
+			 consistent ? ", checksum and seal included" : "");
 	}
 	cluster_free(&cl);
 	return 0;
@@ -164,30 +204,36 @@ int main(int argc, char **argv)
 	log_init("epochfs", o.debug);
 	if (check_dir("SOURCE", o.source) || check_dir("MOUNTPOINT", o.mountpoint))
 		return 1;
+	if (check_overlap(o.source, o.mountpoint))
+		return 2;
 	if (access("/dev/fuse", R_OK | W_OK) < 0) {
 		log_error("/dev/fuse: %s (is the fuse module loaded, and may this user open it?)",
 			  strerror(errno));
 		return 1;
 	}
 
+	char *fsname = realpath(o.source, NULL);
 	struct ops_config oc = {
 		.mountpoint = o.mountpoint, .fuse_opts = o.fuse_opts, .log_file = o.log_file,
-		.timeout = o.timeout, .threads = o.threads, .foreground = o.foreground,
+		.fsname = fsname, .threads = o.threads, .foreground = o.foreground,
 		.debug = o.debug, .handle_open = o.handle_open, .read_only = !o.prep,
 	};
-	if (ops_session_new(&oc, &sess) < 0) {
+	ret = fsname ? ops_session_new(&oc, &sess) : -errno;
+	free(fsname);
+	if (ret == -EINVAL)
 		log_error("invalid mount options: %s", o.fuse_opts[0] ? o.fuse_opts : "(none)");
-		return 1;
-	}
+	if (ret < 0)
+		return 1;   /* any other failure was reported where it happened */
 
 	struct core_opts co = {
 		.source = o.source, .scan_threads = o.scan_threads, .progress = 1, .watch = o.watch,
+		.timeout = o.timeout,
 		.cache_default = !o.cache_size_set, .cache_size = o.cache_size,
 		.cache_chunk = o.cache_chunk, .verify = o.verify, .scrub_rate = o.scrub_rate,
 		.prefault_window = o.prefault_window, .prep = o.prep, .prep_mem = o.prep_mem,
 		.prep_threads = o.prep_threads, .prep_timeout = o.prep_timeout,
 		.prep_ahead = o.prep_ahead,
-		.keep_source_cache = o.keep_source_cache,
+		.keep_source_cache = o.keep_source_cache, .manifest = o.manifest,
 	};
 	if (core_open(&co, &core) < 0) {
 		ops_session_free(sess);

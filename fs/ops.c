@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,12 +35,33 @@
 #include "ops.h"
 #include "path.h"
 
+/* A change the kernel must hear of (struct notifier). */
+struct change {
+	uint32_t id, parent, old_gen;
+};
+
+/* Changes are told to the kernel by a thread of their own, never by the
+ * thread that found them: that may be a FUSE worker inside a LOOKUP of the
+ * very directory whose dentry the notice invalidates (the kernel would wait
+ * for the LOOKUP, the LOOKUP for the notice), or the reader of a page the
+ * notice must drop. */
+struct notifier {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct change *q;           /* ring, under lock */
+	size_t head, len, cap;
+	int stop;
+	pthread_t th;
+	int started;
+};
+
 struct ops_session {
 	struct ops_config cfg;
 	struct fuse_session *se;
 	struct core *c;
 	int log_fd;
 	int no_opendir;             /* kernel can skip OPENDIR */
+	struct notifier nt;
 };
 
 #define GEN_MASK 0x7fffffffu
@@ -62,17 +84,20 @@ static struct ops_session *S(fuse_req_t req)
 	return fuse_req_userdata(req);
 }
 
+/* SOURCE's attributes as they are: st_ino is the backing file's inode
+ * number (hard links share one, with SOURCE's link count), st_blocks the
+ * backing file's (a sparse file stays sparse). */
 static void fill_stat(struct stat *st, const struct index_attr *a)
 {
 	memset(st, 0, sizeof(*st));
-	st->st_ino = a->id;
+	st->st_ino = a->v.ino;
 	st->st_mode = a->mode;
-	st->st_nlink = S_ISDIR(a->mode) ? 2 : 1;
+	st->st_nlink = a->nlink;
 	st->st_uid = a->uid;
 	st->st_gid = a->gid;
 	st->st_size = (off_t)a->v.size;
 	st->st_blksize = 128 * 1024;
-	st->st_blocks = (blkcnt_t)((a->v.size + 511) / 512);
+	st->st_blocks = (blkcnt_t)a->blocks;
 	st->st_mtim.tv_sec = a->v.mtime_ns / 1000000000;
 	st->st_mtim.tv_nsec = a->v.mtime_ns % 1000000000;
 	st->st_ctim.tv_sec = a->v.ctime_ns / 1000000000;
@@ -114,25 +139,22 @@ static void prep_entry(const struct prepdir_attr *a, struct fuse_entry_param *e)
 	fill_prep_stat(&e->attr, a);
 }
 
-/* Fills E for index entry A, with the mount's timeouts. */
-static void entry_of(struct ops_session *s, const struct index_attr *a, struct fuse_entry_param *e)
+/* Fills E for index entry A, cacheable for VALID seconds: what is left of
+ * the entry's check against SOURCE (core_timeout). */
+static void entry_of(const struct index_attr *a, double valid, struct fuse_entry_param *e)
 {
 	memset(e, 0, sizeof(*e));
 	e->ino = node_of(a->id, a->gen);
 	e->generation = a->gen;
 	fill_stat(&e->attr, a);
-	e->attr_timeout = s->cfg.timeout;
-	e->entry_timeout = s->cfg.timeout;
+	e->attr_timeout = valid;
+	e->entry_timeout = valid;
 }
 
 /* Resolves node N to an index entry that still exists in its generation. */
-static int node_attr(struct ops_session *s, fuse_ino_t n, struct index_attr *a)
+static int node_attr(struct ops_session *s, fuse_ino_t n, struct index_attr *a, double *valid)
 {
-	if (index_get(s->c->ix, node_id(n), a) < 0)
-		return -ENOENT;
-	if (a->gone || (!S_ISDIR(a->mode) && a->gen != node_gen(n)))
-		return -ESTALE;
-	return 0;
+	return core_getattr(s->c, node_id(n), node_gen(n), a, valid);
 }
 
 /* ---- metadata ---- */
@@ -161,9 +183,8 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct ops_session *s = S(req);
 	struct fuse_entry_param e;
 	struct index_attr a;
-	uint32_t id;
+	double valid;
 
-	stats_add(&s->c->stats, STAT_LOOKUPS, 1);
 	if (prepdir_is_node(parent)) {
 		struct prepdir_attr pa;
 		int err = prepdir_lookup(s->c->prep, parent, name, &pa);
@@ -178,7 +199,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (parent == FUSE_ROOT_ID && s->c->prep && !strcmp(name, PREPDIR_NAME)) {
 		struct prepdir_attr pa = { .node = PREPDIR_DIR_NODE, .is_dir = 1, .writable = 1 };
 		prep_entry(&pa, &e);
-		e.attr_timeout = e.entry_timeout = s->cfg.timeout;
+		e.attr_timeout = e.entry_timeout = core_timeout(s->c);
 		fuse_reply_entry(req, &e);
 		return;
 	}
@@ -201,19 +222,18 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		memset(&e, 0, sizeof(e));
 		e.ino = CONTROL_DIR_NODE;
 		fill_control_stat(&e.attr, &ca);
-		e.attr_timeout = e.entry_timeout = s->cfg.timeout;
+		e.attr_timeout = e.entry_timeout = core_timeout(s->c);
 		fuse_reply_entry(req, &e);
 		return;
 	}
-	id = index_lookup(s->c->ix, node_id(parent), name);
-	if (!id || index_get(s->c->ix, id, &a) < 0) {
-		/* Negative entry, cached by the kernel for the timeout. */
+	if (core_lookup(s->c, node_id(parent), name, &a, &valid) < 0) {
+		/* Negative entry, cached by the kernel while it holds. */
 		memset(&e, 0, sizeof(e));
-		e.entry_timeout = s->cfg.timeout;
+		e.entry_timeout = valid;
 		fuse_reply_entry(req, &e);
 		return;
 	}
-	entry_of(s, &a, &e);
+	entry_of(&a, valid, &e);
 	fuse_reply_entry(req, &e);
 }
 
@@ -245,6 +265,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct ops_session *s = S(req);
 	struct index_attr a;
 	struct stat st;
+	double valid;
 	int err;
 
 	(void)fi;
@@ -267,16 +288,18 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 			return;
 		}
 		fill_control_stat(&st, &ca);
-		fuse_reply_attr(req, &st, ca.is_dir ? s->cfg.timeout : 0);
+		fuse_reply_attr(req, &st, ca.is_dir ? core_timeout(s->c) : 0);
 		return;
 	}
-	err = node_attr(s, ino, &a);
+	/* Valid replies: attr, or err (ESTALE: the file changed since this
+	 * node was looked up; a path-based stat then looks it up again). */
+	err = node_attr(s, ino, &a, &valid);
 	if (err) {
 		fuse_reply_err(req, -err);
 		return;
 	}
 	fill_stat(&st, &a);
-	fuse_reply_attr(req, &st, s->cfg.timeout);
+	fuse_reply_attr(req, &st, valid);
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -284,10 +307,11 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 	struct ops_session *s = S(req);
 	struct index_attr a;
 	char path[4096], target[4096];
+	double valid;
 	ssize_t n;
 	int err, pfd;
 
-	err = control_is_node(ino) ? -EINVAL : node_attr(s, ino, &a);
+	err = control_is_node(ino) ? -EINVAL : node_attr(s, ino, &a, &valid);
 	if (!err && !S_ISLNK(a.mode))
 		err = -EINVAL;
 	if (!err)
@@ -361,6 +385,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct ops_session *s = S(req);
 	struct index_attr a;
+	double valid;
 	int err;
 
 	if (!s->cfg.handle_open) {
@@ -391,7 +416,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_open(req, fi);
 		return;
 	}
-	err = node_attr(s, ino, &a);
+	err = node_attr(s, ino, &a, &valid);
 	if (err) {
 		fuse_reply_err(req, -err);
 		return;
@@ -523,6 +548,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, i
 	struct ops_session *s = S(req);
 	struct index *ix = s->c->ix;
 	struct index_attr dir;
+	double valid;
 	char *buf;
 	size_t used = 0;
 	int err = 0;
@@ -538,7 +564,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, i
 		}
 		dir.nchildren = CONTROL__FILES;
 	} else {
-		err = node_attr(s, ino, &dir);
+		err = node_attr(s, ino, &dir, &valid);
 		if (!err && !S_ISDIR(dir.mode))
 			err = -ENOTDIR;
 		if (err) {
@@ -572,8 +598,10 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, i
 			if (!id || index_get(ix, id, &a) < 0 || a.gone)
 				continue;
 			name = index_name(ix, id);
+			/* No stat here: an entry whose check is due goes out with
+			 * timeouts 0, and the kernel's next use looks it up. */
 			if (plus)
-				entry_of(s, &a, &e);
+				entry_of(&a, index_valid_for(ix, id), &e);
 			else
 				fill_stat(&e.attr, &a);
 		}
@@ -780,16 +808,94 @@ static const struct fuse_lowlevel_ops ops = {
 
 /* ---- changes under the mount ---- */
 
+/* Drops what the kernel holds of a changed entry: its dentry, so the next
+ * lookup returns the new generation's node (an empty page cache) or
+ * ENOENT; and the old node's pages and attributes, so a reader still
+ * holding it gets no stale page more and reads EIO from the daemon.
+ * Notifier thread. */
+static void tell_kernel(struct ops_session *s, const struct change *ch)
+{
+	const char *name = index_name(s->c->ix, ch->id);
+
+	fuse_lowlevel_notify_inval_entry(s->se, node_of(ch->parent, 0), name, strlen(name));
+	fuse_lowlevel_notify_inval_inode(s->se, node_of(ch->id, ch->old_gen), 0, 0);
+}
+
+static void *notifier_main(void *arg)
+{
+	struct ops_session *s = arg;
+	struct notifier *n = &s->nt;
+
+	pthread_mutex_lock(&n->lock);
+	for (;;) {
+		while (!n->len && !n->stop)
+			pthread_cond_wait(&n->cond, &n->lock);
+		if (n->stop)
+			break;
+		struct change ch = n->q[n->head];
+		n->head = (n->head + 1) % n->cap;
+		n->len--;
+		pthread_mutex_unlock(&n->lock);
+		tell_kernel(s, &ch);
+		pthread_mutex_lock(&n->lock);
+	}
+	pthread_mutex_unlock(&n->lock);
+	return NULL;
+}
+
 static void on_change(void *arg, uint32_t id, uint32_t parent, const char *name, uint32_t old_gen)
 {
 	struct ops_session *s = arg;
+	struct notifier *n = &s->nt;
 
-	(void)id, (void)old_gen;
+	(void)name;
 	stats_add(&s->c->stats, STAT_CHANGES, 1);
-	/* Drop the kernel's dentry: the next lookup returns the new
-	 * generation's node (an empty page cache) or ENOENT. Readers of the
-	 * old node keep the pages they have, all from the old version. */
-	fuse_lowlevel_notify_inval_entry(s->se, node_of(parent, 0), name, strlen(name));
+	pthread_mutex_lock(&n->lock);
+	if (n->len == n->cap) {
+		size_t cap = n->cap ? n->cap * 2 : 64;
+		struct change *q = malloc(cap * sizeof(*q));
+		if (!q) {
+			/* The entry's generation moved anyway: the kernel's next
+			 * lookup of it (within --timeout) finds the new node. */
+			pthread_mutex_unlock(&n->lock);
+			return;
+		}
+		for (size_t i = 0; i < n->len; i++)
+			q[i] = n->q[(n->head + i) % n->cap];
+		free(n->q);
+		n->q = q;
+		n->head = 0;
+		n->cap = cap;
+	}
+	n->q[(n->head + n->len) % n->cap] = (struct change){ .id = id, .parent = parent, .old_gen = old_gen };
+	n->len++;
+	pthread_cond_signal(&n->cond);
+	pthread_mutex_unlock(&n->lock);
+}
+
+static int notifier_start(struct ops_session *s)
+{
+	struct notifier *n = &s->nt;
+	int err = pthread_create(&n->th, NULL, notifier_main, s);
+
+	if (err)
+		return -err;
+	n->started = 1;
+	return 0;
+}
+
+static void notifier_stop(struct ops_session *s)
+{
+	struct notifier *n = &s->nt;
+
+	if (!n->started)
+		return;
+	pthread_mutex_lock(&n->lock);
+	n->stop = 1;
+	pthread_cond_signal(&n->cond);
+	pthread_mutex_unlock(&n->lock);
+	pthread_join(n->th, NULL);
+	n->started = 0;
 }
 
 /* ---- session ---- */
@@ -798,15 +904,25 @@ int ops_session_new(const struct ops_config *cfg, struct ops_session **out)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct ops_session *s;
-	char opts[1400];
+	char opts[1200 + 2 * 4096], *w;
 
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
 	s->cfg = *cfg;
 	s->log_fd = -1;
-	snprintf(opts, sizeof(opts), "%sdefault_permissions,fsname=epochfs,subtype=epochfs%s%s",
-		 cfg->read_only ? "ro," : "", cfg->fuse_opts && cfg->fuse_opts[0] ? "," : "",
+	pthread_mutex_init(&s->nt.lock, NULL);
+	pthread_cond_init(&s->nt.cond, NULL);
+	/* fsname=SOURCE (commas and backslashes escaped for libfuse's option
+	 * parser): df and /proc/self/mountinfo show what is mounted, and a
+	 * later epochfs finds the SOURCE behind a mount it is asked to read. */
+	w = opts + sprintf(opts, "%sdefault_permissions,subtype=epochfs,fsname=", cfg->read_only ? "ro," : "");
+	for (const char *p = cfg->fsname ? cfg->fsname : "epochfs"; *p && w < opts + 4096 * 2; p++) {
+		if (*p == ',' || *p == '\\')
+			*w++ = '\\';
+		*w++ = *p;
+	}
+	snprintf(w, sizeof(opts) - (size_t)(w - opts), "%s%s", cfg->fuse_opts && cfg->fuse_opts[0] ? "," : "",
 		 cfg->fuse_opts ? cfg->fuse_opts : "");
 	if (fuse_opt_add_arg(&args, "epochfs") || fuse_opt_add_arg(&args, "-o") ||
 	    fuse_opt_add_arg(&args, opts) || (cfg->debug && fuse_opt_add_arg(&args, "-d"))) {
@@ -846,14 +962,15 @@ int ops_session_run(struct ops_session *s, struct core *c)
 		fuse_remove_signal_handlers(s->se);
 		return -EIO;
 	}
-	index_set_change_cb(c->ix, on_change, s);
 	if (!s->cfg.foreground) {
 		fuse_daemonize(0);
 		if (s->log_fd >= 0)
 			dup2(s->log_fd, STDERR_FILENO);
 	}
+	/* Threads only now: fuse_daemonize() forks. */
 	lc = fuse_loop_cfg_create();
-	if (core_start(c) < 0) {
+	index_set_change_cb(c->ix, on_change, s);
+	if (notifier_start(s) < 0 || core_start(c) < 0) {
 		ret = -EIO;
 	} else if (!lc) {
 		ret = -ENOMEM;
@@ -872,6 +989,7 @@ int ops_session_run(struct ops_session *s, struct core *c)
 	if (lc)
 		fuse_loop_cfg_destroy(lc);
 	index_set_change_cb(c->ix, NULL, NULL);
+	notifier_stop(s);
 	fuse_session_unmount(s->se);
 	fuse_remove_signal_handlers(s->se);
 	return ret;
@@ -884,5 +1002,8 @@ void ops_session_free(struct ops_session *s)
 	fuse_session_destroy(s->se);
 	if (s->log_fd >= 0)
 		close(s->log_fd);
+	pthread_mutex_destroy(&s->nt.lock);
+	pthread_cond_destroy(&s->nt.cond);
+	free(s->nt.q);
 	free(s);
 }

@@ -16,7 +16,7 @@ struct ops_config {
 	const char *mountpoint;
 	const char *fuse_opts;      /* user's -o options, may be "" */
 	const char *log_file;       /* NULL: messages go nowhere once detached */
-	double timeout;
+	const char *fsname;         /* the mount's source field: SOURCE's absolute path */
 	unsigned threads;
 	int foreground, debug;
 	int handle_open;
@@ -26,7 +26,8 @@ struct ops_config {
 struct ops_session;
 
 /* Checks the FUSE options and prepares a session; mounts nothing. Returns 0
- * and *OUT, or -EINVAL after libfuse printed what it did not like. */
+ * and *OUT, -EINVAL after libfuse printed what it did not like, or another
+ * -errno after logging why (the --log file cannot be opened). */
 int ops_session_new(const struct ops_config *cfg, struct ops_session **out);
 
 /* Mounts, detaches unless foreground (fuse_daemonize: the parent exits once

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core.h"
 #include "options.h"
 
 enum {
@@ -13,7 +14,7 @@ enum {
 	OPT_CACHE_SIZE, OPT_CACHE_CHUNK, OPT_VERIFY, OPT_SCRUB_RATE, OPT_KEEP_SOURCE_CACHE, OPT_PREFAULT, OPT_NO_PREP, OPT_PREP_MEM,
 	OPT_PREP_THREADS, OPT_PREP_TIMEOUT, OPT_PREP_AHEAD, OPT_PEERS, OPT_PEERS_FILE, OPT_RANK,
 	OPT_PEER_PORT, OPT_PEER_LISTEN, OPT_SECRET_FILE, OPT_INSECURE_PEERS, OPT_PEER_TIMEOUT,
-	OPT_CACHE_REMOTE, OPT_NO_PEERS,
+	OPT_CACHE_REMOTE, OPT_NO_PEERS, OPT_MANIFEST,
 };
 
 static const struct option longopts[] = {
@@ -32,6 +33,7 @@ static const struct option longopts[] = {
 	{ "verify", no_argument, NULL, OPT_VERIFY },
 	{ "scrub-rate", required_argument, NULL, OPT_SCRUB_RATE },
 	{ "keep-source-cache", no_argument, NULL, OPT_KEEP_SOURCE_CACHE },
+	{ "manifest", required_argument, NULL, OPT_MANIFEST },
 	{ "prefault", required_argument, NULL, OPT_PREFAULT },
 	{ "no-prep", no_argument, NULL, OPT_NO_PREP },
 	{ "prep-mem", required_argument, NULL, OPT_PREP_MEM },
@@ -68,8 +70,9 @@ void options_usage(void *fp, const char *prog)
 		"  -o OPT[,OPT...]      mount options for FUSE, e.g. allow_other, auto_unmount\n"
 		"      --threads N      FUSE worker threads at most (default %u)\n"
 		"      --scan-threads N threads for the mount-time scan (default: 4 per CPU)\n"
-		"      --timeout SEC    how long the kernel may cache names and attributes\n"
-		"                       (default %.0f; local changes are noticed at once)\n"
+		"      --timeout SEC    longest a change to SOURCE can go unseen: names,\n"
+		"                       attributes and cached bytes are re-checked after SEC\n"
+		"                       (default %g where inotify sees every change, else %g)\n"
 		"      --no-watch       do not watch SOURCE for changes (inotify)\n"
 		"      --open           answer open() in the daemon instead of letting the\n"
 		"                       kernel skip it (slower; for comparisons)\n"
@@ -102,6 +105,9 @@ void options_usage(void *fp, const char *prog)
 		"      --peer-listen ADDR[:PORT]  where to accept peers (default: all\n"
 		"                       addresses, this node's port)\n"
 		"      --secret-file FILE shared secret authenticating every connection\n"
+		"      --manifest FILE  verify every peer reply and storage load against the\n"
+		"                       checksums of epochfs-manifest (built with --chunk equal\n"
+		"                       to --cache-chunk): a peer holding the secret cannot lie\n"
 		"      --insecure-peers run peers without a secret (trusted networks only)\n"
 		"      --peer-timeout SEC  connect and per-request limit (default 2)\n"
 		"      --cache-remote   let spare cache budget keep items other nodes own\n"
@@ -109,7 +115,8 @@ void options_usage(void *fp, const char *prog)
 		"                       (default: drop it; the RAM cache holds the copy)\n"
 		"  -h, --help           print this help\n"
 		"  -V, --version        print the version\n",
-		prog, OPTIONS_DEFAULT_THREADS, OPTIONS_DEFAULT_TIMEOUT, OPTIONS_DEFAULT_CACHE_PERCENT,
+		prog, OPTIONS_DEFAULT_THREADS, CORE_TIMEOUT_WATCHED, CORE_TIMEOUT_UNWATCHED,
+		OPTIONS_DEFAULT_CACHE_PERCENT,
 		OPTIONS_DEFAULT_PREP_MEM_PERCENT, OPTIONS_DEFAULT_PREP_TIMEOUT);
 }
 
@@ -298,6 +305,11 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 			break;
 		case OPT_KEEP_SOURCE_CACHE:
 			o->keep_source_cache = 1;
+			break;
+		case OPT_MANIFEST:
+			if (!*optarg)
+				FAIL("--manifest: expected a file (built by epochfs-manifest)");
+			o->manifest = optarg;
 			break;
 		case OPT_PEERS:
 			if (!*optarg)

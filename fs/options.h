@@ -15,7 +15,7 @@ struct options {
 	const char *mountpoint;
 	char fuse_opts[1024];       /* -o values joined with ',' */
 	const char *log_file;
-	double timeout;             /* entry/attr timeout, seconds */
+	double timeout;             /* staleness bound, seconds; < 0: picked at mount (core.h) */
 	unsigned threads;           /* FUSE worker threads at most */
 	unsigned scan_threads;      /* 0: default */
 	int foreground, debug;
@@ -43,10 +43,11 @@ struct options {
 	int cache_remote;
 	int no_peers;               /* ignore SLURM's environment */
 	int keep_source_cache;      /* do not drop SOURCE's page cache after reads */
+	const char *manifest;       /* --manifest FILE, or NULL */
 	int help, version;
 };
 
-#define OPTIONS_DEFAULT_TIMEOUT 3600.0
+#define OPTIONS_DEFAULT_TIMEOUT (-1.0)    /* CORE_TIMEOUT_WATCHED or _UNWATCHED */
 #define OPTIONS_DEFAULT_THREADS 8u
 #define OPTIONS_DEFAULT_CACHE_PERCENT 25u
 #define OPTIONS_DEFAULT_CACHE_CHUNK (256u << 10)   /* docs/design.md: chunk size */

@@ -2,6 +2,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -35,4 +37,88 @@ int path_check_name(const char *name)
 	if (!strcmp(name, ".") || !strcmp(name, ".."))
 		return -EINVAL;
 	return 0;
+}
+
+int path_overlap(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b), n = la < lb ? la : lb;
+
+	/* "/" holds everything. */
+	if ((la == 1 && a[0] == '/') || (lb == 1 && b[0] == '/'))
+		return 1;
+	if (memcmp(a, b, n))
+		return 0;
+	return la == lb || (la < lb ? b[la] : a[lb]) == '/';
+}
+
+/* Undoes mountinfo's octal escapes (\040 and the like) in place. */
+static void unescape(char *s)
+{
+	char *w = s;
+
+	for (; *s; s++) {
+		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' &&
+		    s[3] >= '0' && s[3] <= '7') {
+			*w++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
+			s += 3;
+		} else {
+			*w++ = *s;
+		}
+	}
+	*w = '\0';
+}
+
+/* The Nth space-separated field of LINE (0-based), cut in place. */
+static char *field(char *line, int n)
+{
+	char *save = NULL, *tok = strtok_r(line, " \n", &save);
+
+	while (tok && n--)
+		tok = strtok_r(NULL, " \n", &save);
+	return tok;
+}
+
+int path_epochfs_origin(const char *mountinfo, const char *p, char *out, size_t len)
+{
+	FILE *f = fopen(mountinfo, "re");
+	char *line = NULL, best_src[4096] = "";
+	size_t cap = 0, best = 0, off = 0;
+	int found = 0;
+
+	if (!f)
+		return -errno;
+	while (getline(&line, &cap, f) > 0) {
+		/* ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE ... */
+		char *dash = strstr(line, " - ");
+		if (!dash)
+			continue;
+		*dash = '\0';
+		char *save = NULL, *mnt = field(line, 4);
+		char *type = strtok_r(dash + 3, " \n", &save), *src = strtok_r(NULL, " \n", &save);
+		if (!mnt || !type || !src)
+			continue;
+		unescape(mnt);
+		size_t ml = strlen(mnt);
+		int root = !strcmp(mnt, "/");
+		if (!(root || (!strncmp(p, mnt, ml) && (p[ml] == '/' || !p[ml]))) || ml < best)
+			continue;
+		/* The deepest mount wins; of two on one point, the later (on top). */
+		best = ml;
+		off = root ? 0 : ml;
+		found = !strcmp(type, "fuse.epochfs") && src[0] == '/';
+		if (found) {
+			unescape(src);
+			snprintf(best_src, sizeof(best_src), "%s", src);
+		}
+	}
+	free(line);
+	fclose(f);
+	if (!found)
+		return 0;
+	/* P minus its mount point, below that mount's SOURCE. */
+	if (snprintf(out, len, "%s%s", strcmp(best_src, "/") ? best_src : "", p + off) >= (int)len)
+		return -ENAMETOOLONG;
+	if (!out[0])
+		snprintf(out, len, "/");
+	return 1;
 }

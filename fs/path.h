@@ -18,4 +18,19 @@ int path_open_beneath(int rootfd, const char *rel, int flags);
  * not "." or "..", at most 255 bytes), else -EINVAL. */
 int path_check_name(const char *name);
 
+/* Where SOURCE and MOUNTPOINT may not be: 1 if absolute, canonical paths A
+ * and B are the same directory or one lies inside the other ("/a" and
+ * "/a/b", not "/a" and "/ab"), else 0. A mount on SOURCE or inside it would
+ * make the daemon's own path-based calls (the inotify watch) wait on the
+ * mount it serves. */
+int path_overlap(const char *a, const char *b);
+
+/* If canonical path P lies in an epochfs mount (the deepest mount holding
+ * it, per MOUNTINFO, normally "/proc/self/mountinfo"), writes the path
+ * below that mount's SOURCE that P shows into OUT and returns 1; 0 when P
+ * is on another filesystem; -errno. epochfs names its SOURCE as the mount's
+ * source field (fsname), so reading through a chain of epochfs mounts ends
+ * at a real directory. */
+int path_epochfs_origin(const char *mountinfo, const char *p, char *out, size_t len);
+
 #endif

@@ -41,23 +41,41 @@
 #define XXH_STATIC_LINKING_ONLY     /* XXH3_state_t on the stack and in structs */
 #include <xxhash.h>
 
+#include "cache.h"
 #include "log.h"
+#include "manifest.h"
 #include "owner.h"
 #include "peer.h"
 #include "proto.h"
 
 #define MAX_PENDING 256             /* requests in flight on one connection */
+/* Reply bytes a server holds, being made or queued unsent: per connection
+ * and in all (at least 2 and 8 cache items); a READ past them waits (is
+ * parked) until replies drain, so a client that asks and never reads
+ * holds the daemon's memory at the bound, not at its appetite. */
+#define CONN_REPLY_BYTES (16ull << 20)
+#define TOTAL_REPLY_BYTES (64ull << 20)
+#define MAX_HANDSHAKING 64          /* accepted, not yet authenticated */
+#define MAX_CONNS_PER_NODE 4        /* authenticated connections from one node */
 #define BACKOFF_MIN 0.5
 #define BACKOFF_MAX 30.0
 #define MAX_NODE_SAMPLES 64         /* per-node samples for this many nodes */
-#define MAX_SPILL 2                 /* runner-ups asked after a full owner */
 
 enum pstate { PS_SELF, PS_UP, PS_CONNECTING, PS_DOWN };     /* shown as numbers */
 
 struct obuf {
 	struct obuf *next;
 	size_t len, off;
+	uint64_t charge;            /* reply budget it holds, given back once sent */
 	uint8_t data[];
+};
+
+/* A READ waiting for reply budget (server). */
+struct parked {
+	struct parked *next;
+	uint64_t tag;
+	struct proto_read rd;       /* rd.path points into path */
+	char path[];
 };
 
 /* A read we asked a peer for. */
@@ -65,11 +83,18 @@ struct preq {
 	struct preq *next;
 	uint64_t tag;
 	uint8_t *buf;
-	int own_buf;                /* BUF is ours (the core gave none) */
+	int own_buf;                /* BUF is ours (the core gave none, or we fetch more) */
 	size_t want, got;
 	double deadline;
 	unsigned level;             /* the asked node's place in the item's ranking */
-	off_t off;                  /* what was asked, to ask again elsewhere */
+	off_t off;                  /* what was asked of the peer */
+	int file;                   /* the manifest record that checks it, or -1 */
+	/* The caller's read, to answer it and to ask again elsewhere: with a
+	 * manifest the whole item is fetched (only whole items are checked). */
+	uint32_t id;
+	off_t req_off;
+	size_t req_len;
+	void *req_buf;
 	struct index_version v;
 	char *rel;
 	XXH3_state_t h;
@@ -79,6 +104,9 @@ struct preq {
 
 enum role { R_CLIENT, R_SERVER };
 
+/* A server connection's handshake (docs/peer-protocol.md). */
+enum sstate { SS_HELLO, SS_AUTH, SS_OPEN };
+
 struct conn {
 	struct peer *p;
 	enum role role;
@@ -86,10 +114,11 @@ struct conn {
 	int rank;                   /* the other side; server: -1 until HELLO */
 	pthread_mutex_t lock;       /* a leaf: below it, nothing else is locked */
 	/* Under lock: */
-	int state;                  /* client: enum pstate; server: 0 hello, 1 auth, 2 open */
+	int state;                  /* client: enum pstate; server: enum sstate */
 	int kick;                   /* client: a request wants a connection */
 	int dead;                   /* server: closed, replies are dropped */
 	struct obuf *out, *out_tail;        /* bytes to send */
+	struct proto_mac tx;                /* seals what we send once the handshake is done */
 	struct obuf *held, *held_tail;      /* client: READs waiting for READY */
 	struct preq *pending, *pending_tail;
 	unsigned npending;
@@ -99,16 +128,21 @@ struct conn {
 	struct proto_dec dec;
 	uint8_t nonce[PROTO_NONCE], their[PROTO_NONCE];
 	int challenged;             /* client: the server proved itself */
+	uint8_t c2s[PROTO_KEY], s2c[PROTO_KEY];     /* this connection's frame keys */
 	double hs_deadline;
 	int epout;                  /* EPOLLOUT registered */
 	unsigned inflight;          /* server: replies not queued yet (atomic) */
+	uint64_t reserved;          /* server: reply budget held (atomic) */
+	struct parked *parked, *parked_tail;        /* server: READs waiting for budget */
+	unsigned nparked;
 	struct conn *next;          /* server: the list */
 };
 
 struct node_stats {
-	uint64_t read_bytes, served_bytes, errors;  /* atomic */
+	uint64_t read_bytes, served_bytes, errors, lies;    /* atomic */
 	int state;                                  /* enum pstate, atomic */
-	char names[4][40];
+	int lie_logged;                             /* peer thread */
+	char names[5][40];
 };
 
 struct peer {
@@ -129,8 +163,12 @@ struct peer {
 	struct node_stats *ns;
 	int *full;                  /* [n] atomic: that node's cache refused an item */
 	unsigned inflight;          /* served reads in the core (atomic) */
+	uint64_t reply_bytes;       /* reply budget held over all connections (atomic) */
+	uint64_t reply_peak;        /* the most it ever was (atomic) */
+	uint64_t conn_budget, total_budget;
+	unsigned handshaking;       /* server connections before SS_OPEN */
 	struct conn *graveyard;     /* closed server connections, freed when idle */
-	int lie;
+	int lie;                    /* debug: 1 bytes that fail their checksum, 2 consistent lies */
 	char lmark, emark;          /* epoll tags of lfd and efd */
 };
 
@@ -173,6 +211,16 @@ static struct obuf *obuf_new(size_t cap)
 	return b;
 }
 
+/* Frees a buffer, giving back the reply budget it held (of connection K). */
+static void obuf_free(struct conn *k, struct obuf *b)
+{
+	if (b->charge) {
+		__atomic_sub_fetch(&k->reserved, b->charge, __ATOMIC_RELAXED);
+		__atomic_sub_fetch(&k->p->reply_bytes, b->charge, __ATOMIC_RELAXED);
+	}
+	free(b);
+}
+
 /* Appends B to a queue. Lock held. */
 static void append(struct obuf **head, struct obuf **tail, struct obuf *b)
 {
@@ -196,12 +244,12 @@ static int queue(struct obuf **head, struct obuf **tail, const void *data, size_
 	return 0;
 }
 
-static void free_queue(struct obuf **head, struct obuf **tail)
+static void free_queue(struct conn *k, struct obuf **head, struct obuf **tail)
 {
 	while (*head) {
 		struct obuf *b = *head;
 		*head = b->next;
-		free(b);
+		obuf_free(k, b);
 	}
 	*tail = NULL;
 }
@@ -217,7 +265,7 @@ static int push(struct conn *k, struct obuf *b)
 		if (n > 0)
 			b->off += (size_t)n;
 		if (b->off == b->len) {
-			free(b);
+			obuf_free(k, b);
 			return 1;
 		}
 		/* An error is the peer thread's to find (its recv or flush). */
@@ -238,7 +286,17 @@ static void free_req(struct preq *r)
 
 static void finish(struct preq *r, ssize_t res)
 {
-	r->done(r->arg, res, res > 0 ? r->buf : NULL);
+	if (res > 0 && (r->off != r->req_off || r->want != r->req_len)) {
+		/* A whole item fetched for a part of it: the part. */
+		size_t skip = (size_t)(r->req_off - r->off), n = (size_t)res > skip ? (size_t)res - skip : 0;
+		if (n > r->req_len)
+			n = r->req_len;
+		if (r->req_buf)
+			memcpy(r->req_buf, r->buf + skip, n);
+		r->done(r->arg, (ssize_t)n, r->req_buf ? r->req_buf : r->buf + skip);
+	} else {
+		r->done(r->arg, res, res > 0 ? r->buf : NULL);
+	}
 	free_req(r);
 }
 
@@ -276,9 +334,10 @@ static void client_down(struct conn *k, const char *why, int goodbye)
 	list = k->pending;
 	k->pending = k->pending_tail = NULL;
 	k->npending = 0;
-	free_queue(&k->out, &k->out_tail);
-	free_queue(&k->held, &k->held_tail);
+	free_queue(k, &k->out, &k->out_tail);
+	free_queue(k, &k->held, &k->held_tail);
 	k->epout = 0;
+	memset(&k->tx, 0, sizeof(k->tx));   /* the next connection has keys of its own */
 	proto_dec_init(&k->dec, PROTO_CLIENT);
 	pthread_mutex_unlock(&k->lock);
 	set_state(p, (unsigned)k->rank, PS_DOWN);
@@ -286,8 +345,9 @@ static void client_down(struct conn *k, const char *why, int goodbye)
 		log_info("peer %s: shut down; its items are read from storage", p->cl.nodes[k->rank].id);
 	} else {
 		node_error(p, k->rank);
-		log_warn("peer %s: %s; its items are read from storage%s, retry in %.1f s",
-			 p->cl.nodes[k->rank].id, why, was_up ? " from now on" : "", k->backoff);
+		if (why)                    /* NULL: the caller logged it its own way */
+			log_warn("peer %s: %s; its items are read from storage%s, retry in %.1f s",
+				 p->cl.nodes[k->rank].id, why, was_up ? " from now on" : "", k->backoff);
 	}
 	finish_all(list, -EAGAIN);
 }
@@ -299,18 +359,24 @@ static void client_fail(struct conn *k, const char *why)
 
 /* Asks the node at LEVEL of the item's ranking for the bytes (0: the
  * owner). A node that answers -ENOSPC (full, and without the item) sends
- * the read one level down, at most MAX_SPILL times; we skip ourselves when
+ * the read one level down, at most PROTO_MAX_SPILL times; we skip ourselves when
  * full and this read is not a load into our cache. Each full node is still asked: it may hold the item from before it
  * filled up, and asking the next one instead would load a duplicate. */
-static void ask(struct peer *p, const char *rel, const struct index_version *v, off_t off,
-		size_t len, void *buf, source_done_fn done, void *arg, unsigned level)
+static void ask(struct peer *p, uint32_t id, const char *rel, const struct index_version *v,
+		off_t off, size_t len, void *buf, source_done_fn done, void *arg, unsigned level)
 {
 	uint32_t chunk_size = core_chunk(p->c), chunk = (uint32_t)((uint64_t)off / chunk_size);
 	size_t plen = strlen(rel);
 	unsigned rank[p->cl.n], who, self = p->cl.self;
+	int file = -1;
 
 	if (!len || (uint64_t)(off + (off_t)len - 1) / chunk_size != chunk || plen > PROTO_MAX_PATH ||
 	    len > PROTO_MAX_READ) {
+		done(arg, -EAGAIN, NULL);
+		return;
+	}
+	/* With a manifest, a file it cannot check is never taken from a peer. */
+	if (core_manifest(p->c) && (file = core_verifiable(p->c, id, v->size)) < 0) {
 		done(arg, -EAGAIN, NULL);
 		return;
 	}
@@ -318,16 +384,17 @@ static void ask(struct peer *p, const char *rel, const struct index_version *v, 
 	/* We pass our own turn only for a read we could not keep (no BUF): a
 	 * load into our cache (BUF) reads storage, or the node we asked could
 	 * ask us back for the very item we are loading, and both would wait. */
-	while (level <= MAX_SPILL && level < p->cl.n && rank[level] == self && !buf &&
+	while (level <= PROTO_MAX_SPILL && level < p->cl.n && rank[level] == self && !buf &&
 	       core_cache_full(p->c))
 		level++;
-	if (level > MAX_SPILL || level >= p->cl.n || (who = rank[level]) == self) {
+	if (level > PROTO_MAX_SPILL || level >= p->cl.n || (who = rank[level]) == self) {
 		done(arg, -EAGAIN, NULL);   /* storage: ours to keep, if we may, or nobody's */
 		return;
 	}
 	struct conn *k = &p->out[who];
 	struct preq *r = malloc(sizeof(*r));
-	struct obuf *frame = obuf_new(PROTO_HDR + 32 + plen);
+	size_t room = p->insecure ? 0 : PROTO_TAG;
+	struct obuf *frame = obuf_new(PROTO_HDR + 32 + plen + room);
 	if (!r || !frame) {
 		free(r);
 		free(frame);
@@ -335,10 +402,15 @@ static void ask(struct peer *p, const char *rel, const struct index_version *v, 
 		return;
 	}
 	*r = (struct preq){ .buf = buf, .want = len, .done = done, .arg = arg, .level = level,
-			    .off = off, .v = *v, .rel = strdup(rel) };
-	if (!buf) {
+			    .off = off, .file = file, .id = id, .req_off = off, .req_len = len,
+			    .req_buf = buf, .v = *v, .rel = strdup(rel) };
+	if (file >= 0) {
+		r->off = (off_t)chunk * chunk_size;
+		r->want = cache_chunk_len(v->size, chunk_size, chunk);
+	}
+	if (!buf || r->want != len) {
 		r->own_buf = 1;
-		r->buf = malloc(len);
+		r->buf = malloc(r->want);
 	}
 	if (!r->buf || !r->rel) {
 		free_req(r);
@@ -358,8 +430,8 @@ static void ask(struct peer *p, const char *rel, const struct index_version *v, 
 	}
 	r->tag = ++k->next_tag;
 	r->deadline = t + p->timeout;
-	struct proto_read rd = { .size = v->size, .mtime_ns = v->mtime_ns, .off = (uint64_t)off,
-				 .len = (uint32_t)len, .path_len = (uint16_t)plen, .path = rel,
+	struct proto_read rd = { .size = v->size, .mtime_ns = v->mtime_ns, .off = (uint64_t)r->off,
+				 .len = (uint32_t)r->want, .path_len = (uint16_t)plen, .path = rel,
 				 .spill = (uint16_t)level };
 	int n = proto_enc_read(frame->data, frame->len, r->tag, &rd), sent = 0;
 	if (n < 0) {                /* cannot happen: sized for this path */
@@ -369,11 +441,13 @@ static void ask(struct peer *p, const char *rel, const struct index_version *v, 
 		done(arg, -EAGAIN, NULL);
 		return;
 	}
-	frame->len = (size_t)n;
-	if (k->state == PS_UP)
+	frame->len = (size_t)n + room;
+	if (k->state == PS_UP) {
+		proto_seal(&k->tx, frame->data, frame->len);
 		sent = push(k, frame);
-	else
-		append(&k->held, &k->held_tail, frame);     /* sent once READY */
+	} else {
+		append(&k->held, &k->held_tail, frame);     /* sealed and sent once READY */
+	}
 	if (k->pending_tail)
 		k->pending_tail->next = r;
 	else
@@ -390,19 +464,18 @@ static void ask(struct peer *p, const char *rel, const struct index_version *v, 
 static void src_read(void *ctx, uint32_t id, const char *rel, const struct index_version *v,
 		     off_t off, size_t len, void *buf, source_done_fn done, void *arg)
 {
-	(void)id;
-	ask(ctx, rel, v, off, len, buf, done, arg, 0);
+	ask(ctx, id, rel, v, off, len, buf, done, arg, 0);
 }
 
 /* Ours to keep: we own it, or every node ranked before us for it is full
- * (within MAX_SPILL). */
+ * (within PROTO_MAX_SPILL). */
 static int src_owns(void *ctx, const char *rel, uint32_t chunk)
 {
 	struct peer *p = ctx;
 	unsigned rank[p->cl.n];
 
 	owner_ranking(p->own, rel, strlen(rel), chunk, rank);
-	for (unsigned j = 0; j <= MAX_SPILL && j < p->cl.n; j++) {
+	for (unsigned j = 0; j <= PROTO_MAX_SPILL && j < p->cl.n; j++) {
 		if (rank[j] == p->cl.self)
 			return 1;
 		if (!__atomic_load_n(&p->full[rank[j]], __ATOMIC_RELAXED))
@@ -528,6 +601,7 @@ static void unlink_req(struct conn *k, struct preq *r)
 struct cctx {
 	struct conn *k;
 	const char *why;
+	int lie;                    /* the reply failed the manifest (logged once per peer) */
 	struct preq *done;          /* completed, to call back unlocked */
 	ssize_t res;
 };
@@ -556,6 +630,8 @@ static int on_client_frame(void *arg, const struct proto_frame *f)
 		}
 		uint8_t mac[PROTO_MAC];
 		k->challenged = 1;
+		if (!p->insecure)
+			proto_session_keys(p->key, k->nonce, ch.nonce, p->digest, k->c2s, k->s2c);
 		prove(p, 'C', ch.nonce, k->nonce, mac);
 		int n = proto_enc_auth(buf, sizeof(buf), mac);
 		return send_now(k, buf, (size_t)n);
@@ -569,16 +645,17 @@ static int on_client_frame(void *arg, const struct proto_frame *f)
 		pthread_mutex_lock(&k->lock);
 		k->state = PS_UP;
 		k->backoff = 0;
-		if (k->held) {              /* requests made while we connected */
-			if (k->out_tail)
-				k->out_tail->next = k->held;
-			else
-				k->out = k->held;
-			k->out_tail = k->held_tail;
-			k->held = k->held_tail = NULL;
+		if (!p->insecure)
+			proto_mac_init(&k->tx, k->c2s);
+		while (k->held) {           /* requests made while we connected */
+			struct obuf *b = k->held;
+			k->held = b->next;
+			proto_seal(&k->tx, b->data, b->len);
+			append(&k->out, &k->out_tail, b);
 		}
+		k->held_tail = NULL;
 		pthread_mutex_unlock(&k->lock);
-		proto_dec_open(&k->dec);
+		proto_dec_open(&k->dec, p->insecure ? NULL : k->s2c);
 		set_state(p, (unsigned)k->rank, PS_UP);
 		log_info("peer %s: connected", p->cl.nodes[k->rank].id);
 		return 0;
@@ -621,6 +698,23 @@ static int on_client_frame(void *arg, const struct proto_frame *f)
 			x->why = "sent bytes that fail their checksum (lying or broken peer)";
 			return -EPROTO;
 		}
+		if (e.status > 0 && r->file >= 0 &&
+		    manifest_check(core_manifest(p->c), (uint32_t)r->file,
+				   (uint32_t)((uint64_t)r->off / core_chunk(p->c)), r->buf, r->got)) {
+			/* Sealed by a node that holds the secret, checksum right,
+			 * and still not the dataset's bytes: a liar. */
+			stats_add(&p->c->stats, STAT_PEER_LIES, 1);
+			__atomic_add_fetch(&p->ns[k->rank].lies, 1, __ATOMIC_RELAXED);
+			if (!p->ns[k->rank].lie_logged++)
+				log_warn("peer %s: sent bytes of %s that do not match the manifest (a lying "
+					 "node); its replies are checked and refused, its items read from "
+					 "storage", p->cl.nodes[k->rank].id, r->rel);
+			r->next = NULL;
+			x->done = r;
+			x->res = -EAGAIN;
+			x->lie = 1;
+			return -EPROTO;
+		}
 		if (e.status > 0) {
 			stats_add(&p->c->stats, STAT_PEER_READ_BYTES, (uint64_t)e.status);
 			__atomic_add_fetch(&p->ns[k->rank].read_bytes, (uint64_t)e.status, __ATOMIC_RELAXED);
@@ -629,7 +723,7 @@ static int on_client_frame(void *arg, const struct proto_frame *f)
 			/* That node is full (for good: it never evicts). Ask the
 			 * next one, with the same buffer and callback. */
 			__atomic_store_n(&p->full[k->rank], 1, __ATOMIC_RELAXED);
-			ask(p, r->rel, &r->v, r->off, r->want, r->own_buf ? NULL : r->buf, r->done, r->arg,
+			ask(p, r->id, r->rel, &r->v, r->req_off, r->req_len, r->req_buf, r->done, r->arg,
 			    r->level + 1);
 			free_req(r);
 			return 0;
@@ -656,49 +750,75 @@ static int on_client_frame(void *arg, const struct proto_frame *f)
 struct sreq {
 	struct conn *k;
 	uint64_t tag;
+	uint64_t charge;            /* reply budget taken for it */
 };
 
 static void conn_put_server(struct conn *k);
 
-/* A served read's answer, on any thread: one buffer of frames. */
+/* Gives back reply budget CHARGE of connection K. */
+static void uncharge(struct conn *k, uint64_t charge)
+{
+	__atomic_sub_fetch(&k->reserved, charge, __ATOMIC_RELAXED);
+	__atomic_sub_fetch(&k->p->reply_bytes, charge, __ATOMIC_RELAXED);
+}
+
+/* A served read's answer, on any thread: one buffer of frames (each with
+ * room for its seal), sealed in the connection's order under its lock. */
 static void served(void *arg, ssize_t res, const void *buf)
 {
 	struct sreq *s = arg;
 	struct conn *k = s->k;
 	struct peer *p = k->p;
 	size_t n = res > 0 ? (size_t)res : 0, frames = n ? (n + PROTO_MAX_DATA - 1) / PROTO_MAX_DATA : 0;
-	struct obuf *b = obuf_new(n + (frames + 1) * PROTO_HDR + 16);
+	size_t room = p->insecure ? 0 : PROTO_TAG;
+	struct obuf *b = obuf_new(n + (frames + 1) * (PROTO_HDR + room) + 16);
+	int lie = __atomic_load_n(&p->lie, __ATOMIC_RELAXED), all_sent = 0;
 
 	if (b) {
 		uint8_t *w = b->data;
 		struct proto_end e = { .status = res < -4095 || res > INT32_MAX ? -EIO : (int32_t)res };
-		e.xxh3 = n ? XXH3_64bits(buf, n) : XXH3_64bits(NULL, 0);
+		XXH3_state_t h;
+		XXH3_64bits_reset(&h);
 		for (size_t at = 0; at < n; at += PROTO_MAX_DATA) {
 			size_t m = n - at < PROTO_MAX_DATA ? n - at : PROTO_MAX_DATA;
+			uint8_t *body = w + PROTO_HDR;
 			proto_put_header(w, PROTO_DATA, s->tag, (uint32_t)m);
-			memcpy(w + PROTO_HDR, (const uint8_t *)buf + at, m);
-			w += PROTO_HDR + m;
+			memcpy(body, (const uint8_t *)buf + at, m);
+			/* Debug (peer_debug_lie): 1 flips a bit after the checksum,
+			 * which the asker's check catches; 2 before it, a liar only
+			 * a manifest can expose. */
+			if (!at && lie == 2)
+				body[m / 2] ^= 0x10;
+			XXH3_64bits_update(&h, body, m);
+			if (!at && lie == 1)
+				body[m / 2] ^= 0x10;
+			w += PROTO_HDR + m + room;
 		}
-		if (n && __atomic_load_n(&p->lie, __ATOMIC_RELAXED))
-			b->data[PROTO_HDR + n / 2] ^= 0x10;     /* after the checksum: a lie */
-		w += proto_enc_end(w, PROTO_HDR + 16, s->tag, &e);
+		e.xxh3 = XXH3_64bits_digest(&h);
+		w += proto_enc_end(w, PROTO_HDR + 16, s->tag, &e) + room;
 		b->len = (size_t)(w - b->data);
-	}
-	int all_sent = 0;
-	pthread_mutex_lock(&k->lock);
-	if (b && !k->dead) {
-		all_sent = push(k, b);
-		b = NULL;
-		if (n) {
-			stats_add(&p->c->stats, STAT_PEER_SERVED_BYTES, n);
-			if (k->rank >= 0)
-				__atomic_add_fetch(&p->ns[k->rank].served_bytes, n, __ATOMIC_RELAXED);
+		b->charge = s->charge;
+		pthread_mutex_lock(&k->lock);
+		if (!k->dead) {
+			proto_seal(&k->tx, b->data, b->len);
+			all_sent = push(k, b);
+			b = NULL;
+			if (n) {
+				stats_add(&p->c->stats, STAT_PEER_SERVED_BYTES, n);
+				if (k->rank >= 0)
+					__atomic_add_fetch(&p->ns[k->rank].served_bytes, n, __ATOMIC_RELAXED);
+			}
 		}
+		pthread_mutex_unlock(&k->lock);
+		if (b)
+			obuf_free(k, b);    /* the connection closed meanwhile */
+	} else {
+		uncharge(k, s->charge);     /* no memory: the asker times out, storage answers */
 	}
-	pthread_mutex_unlock(&k->lock);
-	free(b);
 	free(s);
-	if (!all_sent)
+	/* The thread writes what the socket did not take, and starts READs
+	 * that waited for the budget this reply may have freed. */
+	if (!all_sent || __atomic_load_n(&k->nparked, __ATOMIC_RELAXED))
 		wake(p);
 	/* Last: once these reach 0, K (reap) and P (peer_free) may go. */
 	__atomic_sub_fetch(&k->inflight, 1, __ATOMIC_ACQ_REL);
@@ -709,6 +829,99 @@ struct sctx {
 	struct conn *k;
 	const char *why;
 };
+
+/* Authenticated server connections from node RANK. Peer thread. */
+static unsigned conns_of(struct peer *p, int rank)
+{
+	unsigned n = 0;
+
+	for (struct conn *k = p->servers; k; k = k->next)
+		n += k->rank == rank && k->state == SS_OPEN;
+	return n;
+}
+
+/* Reply budget for a READ of LEN bytes: the item bytes (at most a cache
+ * chunk) and their frames. */
+static uint64_t charge_of(const struct peer *p, uint32_t len)
+{
+	uint64_t chunk = core_chunk(p->c), n = len < chunk ? len : chunk;
+
+	return n + (n / PROTO_MAX_DATA + 2) * (PROTO_HDR + PROTO_TAG) + sizeof(struct obuf);
+}
+
+/* Takes CHARGE of K's budget and the total, if both have room; a
+ * connection with nothing reserved may always take one reply. */
+static int budget_take(struct peer *p, struct conn *k, uint64_t charge)
+{
+	uint64_t mine = __atomic_add_fetch(&k->reserved, charge, __ATOMIC_RELAXED);
+	uint64_t all = __atomic_add_fetch(&p->reply_bytes, charge, __ATOMIC_RELAXED);
+
+	if (mine == charge || (mine <= p->conn_budget && all <= p->total_budget)) {
+		uint64_t peak = __atomic_load_n(&p->reply_peak, __ATOMIC_RELAXED);
+		while (all > peak && !__atomic_compare_exchange_n(&p->reply_peak, &peak, all, 1,
+								  __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+			;
+		return 1;
+	}
+	uncharge(k, charge);
+	return 0;
+}
+
+/* Hands a READ (budget taken) to the core. Peer thread. */
+static void start_read(struct peer *p, struct conn *k, uint64_t tag, const struct proto_read *rd,
+		       uint64_t charge)
+{
+	char path[PROTO_MAX_PATH + 1];
+	struct sreq *s = malloc(sizeof(*s));
+
+	if (!s) {
+		uncharge(k, charge);        /* unanswered: the asker times out, storage answers */
+		return;
+	}
+	*s = (struct sreq){ .k = k, .tag = tag, .charge = charge };
+	memcpy(path, rd->path, rd->path_len);
+	path[rd->path_len] = '\0';
+	if (rd->spill) {
+		/* The nodes ranked before us are full: we may keep it. */
+		unsigned rank[p->cl.n];
+		uint32_t chunk = (uint32_t)(rd->off / core_chunk(p->c));
+		owner_ranking(p->own, path, rd->path_len, chunk, rank);
+		for (unsigned j = 0; j < rd->spill && j < p->cl.n; j++)
+			if (rank[j] != p->cl.self)
+				__atomic_store_n(&p->full[rank[j]], 1, __ATOMIC_RELAXED);
+	}
+	__atomic_add_fetch(&k->inflight, 1, __ATOMIC_ACQ_REL);
+	__atomic_add_fetch(&p->inflight, 1, __ATOMIC_ACQ_REL);
+	core_read_peer(p->c, path, rd->size, rd->mtime_ns, (off_t)rd->off, rd->len, served, s);
+}
+
+/* Starts the parked READs the budget has room for now. Peer thread. */
+static void unpark(struct peer *p, struct conn *k)
+{
+	while (k->parked && !k->dead) {
+		struct parked *q = k->parked;
+		uint64_t charge = charge_of(p, q->rd.len);
+		if (!budget_take(p, k, charge))
+			return;
+		k->parked = q->next;
+		if (!k->parked)
+			k->parked_tail = NULL;
+		__atomic_sub_fetch(&k->nparked, 1, __ATOMIC_RELAXED);
+		start_read(p, k, q->tag, &q->rd, charge);
+		free(q);
+	}
+}
+
+static void free_parked(struct conn *k)
+{
+	while (k->parked) {
+		struct parked *q = k->parked;
+		k->parked = q->next;
+		free(q);
+	}
+	k->parked_tail = NULL;
+	k->nparked = 0;
+}
 
 static int on_server_frame(void *arg, const struct proto_frame *f)
 {
@@ -721,7 +934,7 @@ static int on_server_frame(void *arg, const struct proto_frame *f)
 	case PROTO_HELLO: {
 		struct proto_hello h;
 		const char *bad = NULL;
-		if (k->state != 0 || proto_dec_hello(f, &h))
+		if (k->state != SS_HELLO || proto_dec_hello(f, &h))
 			bad = "malformed hello";
 		else if (h.version != PROTO_VERSION)
 			bad = "protocol version differs";
@@ -732,6 +945,8 @@ static int on_server_frame(void *arg, const struct proto_frame *f)
 					  : "it runs without a secret (--insecure-peers), we have one";
 		else if (h.rank >= p->cl.n || h.rank == p->cl.self)
 			bad = "bad rank";
+		else if (conns_of(p, (int)h.rank) >= MAX_CONNS_PER_NODE)
+			bad = "too many connections from that node";
 		if (bad) {
 			int n = proto_enc_error(buf, sizeof(buf), -EPERM, bad);
 			send_now(k, buf, (size_t)n);
@@ -745,12 +960,12 @@ static int on_server_frame(void *arg, const struct proto_frame *f)
 		memcpy(ch.nonce, k->nonce, PROTO_NONCE);
 		prove(p, 'S', k->their, k->nonce, ch.mac);
 		int n = proto_enc_challenge(buf, sizeof(buf), &ch);
-		k->state = 1;
+		k->state = SS_AUTH;
 		return send_now(k, buf, (size_t)n);
 	}
 	case PROTO_AUTH: {
 		uint8_t mac[PROTO_MAC];
-		if (k->state != 1 || proto_dec_auth(f, mac)) {
+		if (k->state != SS_AUTH || proto_dec_auth(f, mac)) {
 			x->why = "malformed authentication";
 			return -EPROTO;
 		}
@@ -761,42 +976,52 @@ static int on_server_frame(void *arg, const struct proto_frame *f)
 			return -EACCES;
 		}
 		int n = proto_enc_ready(buf, sizeof(buf));
-		k->state = 2;
-		proto_dec_open(&k->dec);
-		return send_now(k, buf, (size_t)n);
+		if (!p->insecure)
+			proto_session_keys(p->key, k->their, k->nonce, p->digest, k->c2s, k->s2c);
+		/* READY goes out as the last frame unsealed; what follows it is. */
+		pthread_mutex_lock(&k->lock);
+		int r = queue(&k->out, &k->out_tail, buf, (size_t)n);
+		if (!p->insecure)
+			proto_mac_init(&k->tx, k->s2c);
+		pthread_mutex_unlock(&k->lock);
+		k->state = SS_OPEN;
+		p->handshaking--;
+		proto_dec_open(&k->dec, p->insecure ? NULL : k->c2s);
+		return r;
 	}
 	case PROTO_READ: {
 		struct proto_read rd;
-		char path[PROTO_MAX_PATH + 1];
 		if (proto_dec_read(f, &rd)) {
 			x->why = "malformed or unsafe read request";
 			return -EPROTO;
 		}
-		if (__atomic_load_n(&k->inflight, __ATOMIC_ACQUIRE) >= MAX_PENDING) {
+		/* An honest client has at most MAX_PENDING requests unanswered. */
+		if (__atomic_load_n(&k->inflight, __ATOMIC_ACQUIRE) + k->nparked >= MAX_PENDING) {
 			x->why = "too many requests in flight";
 			return -EPROTO;
 		}
-		struct sreq *s = malloc(sizeof(*s));
-		if (!s) {
+		uint64_t charge = charge_of(p, rd.len);
+		if (!k->parked && budget_take(p, k, charge)) {
+			start_read(p, k, f->tag, &rd, charge);
+			return 0;
+		}
+		/* Over budget: wait until replies drain (unpark). */
+		struct parked *q = malloc(sizeof(*q) + rd.path_len);
+		if (!q) {
 			x->why = "out of memory";
 			return -ENOMEM;
 		}
-		s->k = k;
-		s->tag = f->tag;
-		memcpy(path, rd.path, rd.path_len);
-		path[rd.path_len] = '\0';
-		if (rd.spill) {
-			/* The nodes ranked before us are full: we may keep it. */
-			unsigned rank[p->cl.n];
-			uint32_t chunk = (uint32_t)(rd.off / core_chunk(p->c));
-			owner_ranking(p->own, path, rd.path_len, chunk, rank);
-			for (unsigned j = 0; j < rd.spill && j < p->cl.n && j <= MAX_SPILL; j++)
-				if (rank[j] != p->cl.self)
-					__atomic_store_n(&p->full[rank[j]], 1, __ATOMIC_RELAXED);
-		}
-		__atomic_add_fetch(&k->inflight, 1, __ATOMIC_ACQ_REL);
-		__atomic_add_fetch(&p->inflight, 1, __ATOMIC_ACQ_REL);
-		core_read_peer(p->c, path, rd.size, rd.mtime_ns, (off_t)rd.off, rd.len, served, s);
+		q->next = NULL;
+		q->tag = f->tag;
+		q->rd = rd;
+		memcpy(q->path, rd.path, rd.path_len);
+		q->rd.path = q->path;
+		if (k->parked_tail)
+			k->parked_tail->next = q;
+		else
+			k->parked = q;
+		k->parked_tail = q;
+		__atomic_add_fetch(&k->nparked, 1, __ATOMIC_RELAXED);
 		return 0;
 	}
 	case PROTO_ERROR:
@@ -817,10 +1042,14 @@ static void server_close(struct peer *p, struct conn *k, const char *why)
 		log_warn("peer connection dropped before its hello: %s", why);
 	if (why && strcmp(why, "closed"))
 		node_error(p, k->rank);
+	if (k->state != SS_OPEN)
+		p->handshaking--;
 	pthread_mutex_lock(&k->lock);
 	k->dead = 1;
-	free_queue(&k->out, &k->out_tail);
+	k->state = SS_HELLO;
+	free_queue(k, &k->out, &k->out_tail);
 	pthread_mutex_unlock(&k->lock);
+	free_parked(k);
 	if (k->fd >= 0) {
 		epoll_ctl(p->epfd, EPOLL_CTL_DEL, k->fd, NULL);
 		close(k->fd);
@@ -877,7 +1106,7 @@ static int flush(struct peer *p, struct conn *k)
 			k->out = b->next;
 			if (!k->out)
 				k->out_tail = NULL;
-			free(b);
+			obuf_free(k, b);
 		}
 	}
 	int want = k->out != NULL;
@@ -893,9 +1122,21 @@ static int flush(struct peer *p, struct conn *k)
 static void on_accept(struct peer *p)
 {
 	for (;;) {
-		int fd = accept4(p->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		struct sockaddr_storage from;
+		socklen_t fl = sizeof(from);
+		int fd = accept4(p->lfd, (struct sockaddr *)&from, &fl, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0)
 			return;
+		if (p->handshaking >= MAX_HANDSHAKING) {
+			/* Connections that never authenticate cost a decoder each
+			 * until --peer-timeout: at most this many at once. */
+			char host[NI_MAXHOST] = "?";
+			getnameinfo((struct sockaddr *)&from, fl, host, sizeof(host), NULL, 0, NI_NUMERICHOST);
+			log_warn("peer port: %u connections already in their handshake; refused one from %s",
+				 p->handshaking, host);
+			close(fd);
+			continue;
+		}
 		struct conn *k = calloc(1, sizeof(*k));
 		if (!k) {
 			close(fd);
@@ -919,6 +1160,7 @@ static void on_accept(struct peer *p)
 		}
 		k->next = p->servers;
 		p->servers = k;
+		p->handshaking++;
 	}
 }
 
@@ -965,9 +1207,11 @@ static void on_client_event(struct peer *p, struct conn *k, uint32_t ev)
 			return;
 		}
 		if (r) {
-			char why[200];
-			snprintf(why, sizeof(why), "%s", x.why ? x.why : "broke the protocol");
-			client_down(k, why, r == -ESHUTDOWN);
+			const char *why = r == -EBADMSG ? "sent a frame that fails its seal (forged or "
+							  "altered in transit)" : x.why ? x.why : "broke the protocol";
+			char copy[200];
+			snprintf(copy, sizeof(copy), "%s", why);    /* x.why may be the frame's text */
+			client_down(k, x.lie ? NULL : copy, r == -ESHUTDOWN);
 			if (x.done)
 				finish(x.done, x.res);
 			return;
@@ -988,12 +1232,15 @@ static void on_server_event(struct peer *p, struct conn *k, uint32_t ev)
 		}
 		if (r) {
 			flush(p, k);    /* a refusal's ERROR frame, if any */
-			server_close(p, k, x.why ? x.why : "protocol error");
+			server_close(p, k, r == -EBADMSG ? "sent a frame that fails its seal (forged or "
+				     "altered in transit)" : x.why ? x.why : "protocol error");
 			return;
 		}
 	}
 	if (flush(p, k) < 0)
 		server_close(p, k, "closed");
+	else
+		unpark(p, k);
 }
 
 /* Timeouts and wanted connections; once per loop turn. */
@@ -1027,10 +1274,12 @@ static void tick(struct peer *p)
 	}
 	for (struct conn *k = p->servers, *next; k; k = next) {
 		next = k->next;
-		if (k->state < 2 && t > k->hs_deadline)
+		if (k->state != SS_OPEN && t > k->hs_deadline)
 			server_close(p, k, "no handshake within --peer-timeout");
 		else if (flush(p, k) < 0)
 			server_close(p, k, "closed");
+		else
+			unpark(p, k);
 	}
 	reap(p);
 }
@@ -1078,6 +1327,10 @@ static int samples(void *ctx, struct sample *out, int max)
 	ADD("peer_nodes", "Nodes in the peer list", SAMPLE_GAUGE, p->cl.n);
 	ADD("peer_rank", "This node's rank in the peer list", SAMPLE_GAUGE, p->cl.self);
 	ADD("peers_up", "Peers with a connection up now", SAMPLE_GAUGE, (uint64_t)up);
+	ADD("peer_reply_bytes", "Reply bytes held for peers now (made or queued unsent)", SAMPLE_GAUGE,
+	    __atomic_load_n(&p->reply_bytes, __ATOMIC_RELAXED));
+	ADD("peer_reply_peak_bytes", "The most reply bytes held for peers at once", SAMPLE_GAUGE,
+	    __atomic_load_n(&p->reply_peak, __ATOMIC_RELAXED));
 	for (unsigned i = 0; i < p->cl.n && i < MAX_NODE_SAMPLES; i++) {
 		struct node_stats *s = &p->ns[i];
 		ADD(s->names[0], "Peer state: 0 this node, 1 up, 2 connecting, 3 down", SAMPLE_GAUGE,
@@ -1088,6 +1341,8 @@ static int samples(void *ctx, struct sample *out, int max)
 		    __atomic_load_n(&s->served_bytes, __ATOMIC_RELAXED));
 		ADD(s->names[3], "Faults of this peer", SAMPLE_COUNTER,
 		    __atomic_load_n(&s->errors, __ATOMIC_RELAXED));
+		ADD(s->names[4], "Replies of this peer that did not match the manifest", SAMPLE_COUNTER,
+		    __atomic_load_n(&s->lies, __ATOMIC_RELAXED));
 	}
 #undef ADD
 	return n;
@@ -1171,6 +1426,8 @@ int peer_new(struct core *c, const struct peer_opts *o, struct peer **out, char 
 	if (o->key)
 		memcpy(p->key, o->key, PEER_KEY_BYTES);
 	p->timeout = o->timeout_s > 0 ? o->timeout_s : 2.0;
+	p->conn_budget = CONN_REPLY_BYTES > 2ull * core_chunk(c) ? CONN_REPLY_BYTES : 2ull * core_chunk(c);
+	p->total_budget = TOTAL_REPLY_BYTES > 8ull * core_chunk(c) ? TOTAL_REPLY_BYTES : 8ull * core_chunk(c);
 	p->cl.n = o->cl->n;
 	p->cl.self = o->cl->self;
 	p->cl.nodes = calloc(p->cl.n, sizeof(*p->cl.nodes));
@@ -1194,8 +1451,8 @@ int peer_new(struct core *c, const struct peer_opts *o, struct peer **out, char 
 		pthread_mutex_init(&k->lock, NULL);
 		proto_dec_init(&k->dec, PROTO_CLIENT);
 		p->ns[i].state = i == p->cl.self ? PS_SELF : PS_DOWN;
-		static const char *const what[4] = { "state", "read_bytes", "served_bytes", "errors" };
-		for (int j = 0; j < 4; j++)
+		static const char *const what[5] = { "state", "read_bytes", "served_bytes", "errors", "lies" };
+		for (int j = 0; j < 5; j++)
 			snprintf(p->ns[i].names[j], sizeof(p->ns[i].names[j]), "peer_%u_%s", i, what[j]);
 	}
 	if ((e = owner_new(ids, p->cl.n, &p->own)) < 0) {
@@ -1250,6 +1507,22 @@ int peer_start(struct peer *p)
 	return 0;
 }
 
+/* Sends K a sealed ERROR(-ESHUTDOWN) if its socket takes it now. After the
+ * peer thread stopped. */
+static void goodbye(struct conn *k)
+{
+	uint8_t bye[PROTO_HDR + 64 + PROTO_TAG];
+	int n = proto_enc_error(bye, sizeof(bye) - PROTO_TAG, -ESHUTDOWN, "shutting down");
+	size_t len = (size_t)n + proto_mac_room(&k->tx);
+
+	pthread_mutex_lock(&k->lock);       /* a reply may be sealed on another thread */
+	if (!k->out) {                      /* else mid-frame: a goodbye would corrupt it */
+		proto_seal(&k->tx, bye, len);
+		(void)!send(k->fd, bye, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+	}
+	pthread_mutex_unlock(&k->lock);
+}
+
 void peer_free(struct peer *p)
 {
 	if (!p)
@@ -1260,14 +1533,12 @@ void peer_free(struct peer *p)
 		pthread_join(p->th, NULL);
 	}
 	/* Say goodbye, so peers log a shutdown, not a fault (best effort). */
-	uint8_t bye[PROTO_HDR + 64];
-	int nbye = proto_enc_error(bye, sizeof(bye), -ESHUTDOWN, "shutting down");
 	for (unsigned i = 0; p->out && i < p->cl.n; i++)
 		if (p->out[i].fd >= 0 && p->out[i].state == PS_UP)
-			(void)!send(p->out[i].fd, bye, (size_t)nbye, MSG_NOSIGNAL | MSG_DONTWAIT);
+			goodbye(&p->out[i]);
 	for (struct conn *k = p->servers; k; k = k->next)
-		if (k->fd >= 0 && k->state == 2)
-			(void)!send(k->fd, bye, (size_t)nbye, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (k->fd >= 0 && k->state == SS_OPEN)
+			goodbye(k);
 	/* Served reads still in the core answer into their connections: wait
 	 * for them (storage reads end; bounded anyway). */
 	for (int i = 0; i < 1000 && __atomic_load_n(&p->inflight, __ATOMIC_ACQUIRE); i++)
@@ -1277,8 +1548,8 @@ void peer_free(struct peer *p)
 		if (k->fd >= 0)
 			close(k->fd);
 		finish_all(k->pending, -EAGAIN);
-		free_queue(&k->out, &k->out_tail);
-		free_queue(&k->held, &k->held_tail);
+		free_queue(k, &k->out, &k->out_tail);
+		free_queue(k, &k->held, &k->held_tail);
 		pthread_mutex_destroy(&k->lock);
 	}
 	while (p->servers) {
@@ -1286,7 +1557,8 @@ void peer_free(struct peer *p)
 		p->servers = k->next;
 		if (k->fd >= 0)
 			close(k->fd);
-		free_queue(&k->out, &k->out_tail);
+		free_queue(k, &k->out, &k->out_tail);
+		free_parked(k);
 		conn_put_server(k);
 	}
 	reap(p);
@@ -1306,9 +1578,9 @@ void peer_free(struct peer *p)
 	free(p);
 }
 
-void peer_debug_lie(struct peer *p, int on)
+void peer_debug_lie(struct peer *p, int mode)
 {
-	__atomic_store_n(&p->lie, on, __ATOMIC_RELAXED);
+	__atomic_store_n(&p->lie, mode, __ATOMIC_RELAXED);
 }
 
 int peer_load_secret(const char *path, uint8_t *key, char *err, size_t errlen)

@@ -63,7 +63,10 @@ void peer_free(struct peer *p);
 int peer_load_secret(const char *path, uint8_t *key, char *err, size_t errlen);
 
 /* Debug hook (tests): makes this node's server flip one bit of every reply
- * it sends from now on, after checksumming: a lying peer. */
-void peer_debug_lie(struct peer *p, int on);
+ * it sends from now on. MODE 1 flips it after the reply's checksum (the
+ * asker's check sees it); 2 before it, and the frame's seal is made over
+ * the flipped bytes too: a node that holds the secret and lies
+ * consistently, which only a manifest (--manifest) exposes. 0: honest. */
+void peer_debug_lie(struct peer *p, int mode);
 
 #endif

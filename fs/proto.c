@@ -5,8 +5,13 @@
  * fixed buffer inside the decoder, so decoding allocates nothing at all.
  * Integers are little-endian, written and read byte by byte (no unaligned
  * loads, no host-order assumptions).
+ *
+ * Sealing is ChaCha20-Poly1305's authentication without its encryption:
+ * the bytes are not secret (datasets), their origin is. Poly1305 streams,
+ * so a DATA frame is checked as it arrives, never buffered for it.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "proto.h"
@@ -40,13 +45,78 @@ static const uint8_t magic[8] = { 'E', 'P', 'O', 'C', 'H', 'F', 'S', 0 };
 
 void proto_dec_init(struct proto_dec *d, enum proto_role role)
 {
-	memset(d, 0, sizeof(*d) - sizeof(d->body));
+	memset(d, 0, offsetof(struct proto_dec, body));
 	d->role = role;
 }
 
-void proto_dec_open(struct proto_dec *d)
+void proto_dec_open(struct proto_dec *d, const uint8_t *key)
 {
 	d->open = 1;
+	if (key)
+		proto_mac_init(&d->mac, key);
+}
+
+void proto_session_keys(const uint8_t secret[PROTO_KEY], const uint8_t nc[PROTO_NONCE],
+			const uint8_t ns[PROTO_NONCE], uint64_t digest, uint8_t c2s[PROTO_KEY],
+			uint8_t s2c[PROTO_KEY])
+{
+	static const char label[] = "epochfs frames v2";
+	uint8_t msg[sizeof(label) + 1 + 2 * PROTO_NONCE + 8], *w = msg;
+
+	memcpy(w, label, sizeof(label));
+	w += sizeof(label) + 1;
+	memcpy(w, nc, PROTO_NONCE);
+	memcpy(w + PROTO_NONCE, ns, PROTO_NONCE);
+	put64(w + 2 * PROTO_NONCE, digest);
+	msg[sizeof(label)] = 'C';
+	crypto_generichash(c2s, PROTO_KEY, msg, sizeof(msg), secret, PROTO_KEY);
+	msg[sizeof(label)] = 'S';
+	crypto_generichash(s2c, PROTO_KEY, msg, sizeof(msg), secret, PROTO_KEY);
+}
+
+void proto_mac_init(struct proto_mac *m, const uint8_t key[PROTO_KEY])
+{
+	m->on = 1;
+	m->seq = 0;
+	memcpy(m->key, key, PROTO_KEY);
+}
+
+size_t proto_mac_room(const struct proto_mac *m)
+{
+	return m->on ? PROTO_TAG : 0;
+}
+
+/* The Poly1305 state for frame number SEQ under KEY. */
+static void frame_auth_init(crypto_onetimeauth_state *st, const uint8_t key[PROTO_KEY], uint64_t seq)
+{
+	uint8_t nonce[crypto_stream_chacha20_ietf_NONCEBYTES] = { 0 };
+	uint8_t otk[crypto_onetimeauth_KEYBYTES];
+
+	put64(nonce, seq);
+	crypto_stream_chacha20_ietf(otk, sizeof(otk), nonce, key);
+	crypto_onetimeauth_init(st, otk);
+	sodium_memzero(otk, sizeof(otk));
+}
+
+int proto_seal(struct proto_mac *m, uint8_t *buf, size_t len)
+{
+	size_t at = 0;
+
+	if (!m->on)
+		return 0;
+	while (at < len) {
+		crypto_onetimeauth_state st;
+		if (len - at < PROTO_HDR + PROTO_TAG)
+			return -EINVAL;
+		size_t body = get32(buf + at);
+		if (len - at - PROTO_HDR - PROTO_TAG < body)
+			return -EINVAL;
+		frame_auth_init(&st, m->key, m->seq++);
+		crypto_onetimeauth_update(&st, buf + at, PROTO_HDR + body);
+		crypto_onetimeauth_final(&st, buf + at + PROTO_HDR + body);
+		at += PROTO_HDR + body + PROTO_TAG;
+	}
+	return 0;
 }
 
 void proto_put_header(uint8_t *out, uint8_t type, uint64_t tag, uint32_t len)
@@ -73,19 +143,63 @@ static uint32_t cap_of(const struct proto_dec *d, uint8_t type)
 	return type == PROTO_DATA ? PROTO_MAX_DATA : type == PROTO_END ? END_LEN : 0;
 }
 
+/* A whole frame is in (and its tag checked): hands it over, but for DATA,
+ * whose pieces went as they came. */
+static int deliver(struct proto_dec *d, proto_frame_fn fn, void *arg)
+{
+	if (d->cur.type == PROTO_DATA)
+		return 0;
+	d->cur.body = d->body;
+	d->cur.at = 0;
+	d->cur.len = d->cur.total;
+	return fn(arg, &d->cur);
+}
+
+/* The body is complete: checks the tag next, or delivers now. */
+static int body_done(struct proto_dec *d, proto_frame_fn fn, void *arg)
+{
+	d->in_body = 0;
+	if (d->mac.on && d->open) {
+		d->in_tag = 1;
+		d->tag_have = 0;
+		return 0;
+	}
+	return deliver(d, fn, arg);
+}
+
+/* Moves up to WANT - *HAVE bytes from *P (*N left) into DST; 1 once DST
+ * holds WANT bytes. */
+static int gather(uint8_t *dst, uint32_t *have, uint32_t want, const uint8_t **p, size_t *n)
+{
+	size_t take = want - *have < *n ? want - *have : *n;
+
+	memcpy(dst + *have, *p, take);
+	*have += (uint32_t)take;
+	*p += take;
+	*n -= take;
+	return *have == want;
+}
+
 int proto_feed(struct proto_dec *d, const void *buf, size_t n, proto_frame_fn fn, void *arg)
 {
 	const uint8_t *p = buf;
 	int r;
 
 	while (n) {
+		if (d->in_tag) {
+			if (!gather(d->tag, &d->tag_have, PROTO_TAG, &p, &n))
+				return 0;
+			uint8_t want[PROTO_TAG];
+			crypto_onetimeauth_final(&d->st, want);
+			d->in_tag = 0;
+			if (crypto_verify_16(want, d->tag))
+				return -EBADMSG;
+			if ((r = deliver(d, fn, arg)))
+				return r;
+			continue;
+		}
 		if (!d->in_body) {
-			size_t take = PROTO_HDR - d->have < n ? PROTO_HDR - d->have : n;
-			memcpy(d->hdr + d->have, p, take);
-			d->have += (uint32_t)take;
-			p += take;
-			n -= take;
-			if (d->have < PROTO_HDR)
+			if (!gather(d->hdr, &d->have, PROTO_HDR, &p, &n))
 				return 0;
 			d->have = 0;
 			uint32_t len = get32(d->hdr), cap = cap_of(d, d->hdr[4]);
@@ -93,42 +207,32 @@ int proto_feed(struct proto_dec *d, const void *buf, size_t n, proto_frame_fn fn
 				return -EPROTO;
 			d->cur = (struct proto_frame){ .type = d->hdr[4], .tag = get64(d->hdr + 8), .total = len };
 			d->in_body = 1;
-			if (len == 0 || d->cur.type == PROTO_DATA) {
-				if (len == 0) {     /* a whole empty frame */
-					d->in_body = 0;
-					d->cur.body = d->body;
-					if ((r = fn(arg, &d->cur)))
-						return r;
-				}
-				continue;
+			if (d->mac.on && d->open) {
+				frame_auth_init(&d->st, d->mac.key, d->mac.seq++);
+				crypto_onetimeauth_update(&d->st, d->hdr, PROTO_HDR);
 			}
+			if (len == 0 && (r = body_done(d, fn, arg)))
+				return r;
 			continue;
 		}
 		/* In a body: DATA streams, the rest is gathered. */
 		uint32_t left = d->cur.total - d->cur.at;
 		size_t take = left < n ? left : n;
+		if (d->mac.on && d->open)
+			crypto_onetimeauth_update(&d->st, p, take);
 		if (d->cur.type == PROTO_DATA) {
 			d->cur.body = p;
 			d->cur.len = (uint32_t)take;
 			if ((r = fn(arg, &d->cur)))
 				return r;
-			d->cur.at += (uint32_t)take;
 		} else {
 			memcpy(d->body + d->cur.at, p, take);
-			d->cur.at += (uint32_t)take;
 		}
+		d->cur.at += (uint32_t)take;
 		p += take;
 		n -= take;
-		if (d->cur.at == d->cur.total) {
-			d->in_body = 0;
-			if (d->cur.type != PROTO_DATA) {
-				d->cur.body = d->body;
-				d->cur.at = 0;
-				d->cur.len = d->cur.total;
-				if ((r = fn(arg, &d->cur)))
-					return r;
-			}
-		}
+		if (d->cur.at == d->cur.total && (r = body_done(d, fn, arg)))
+			return r;
 	}
 	return 0;
 }
@@ -250,7 +354,7 @@ int proto_dec_read(const struct proto_frame *f, struct proto_read *r)
 	r->path_len = get16(b + 28);
 	r->path = (const char *)b + READ_FIXED;
 	if (f->total != READ_FIXED + (uint32_t)r->path_len || !r->len || r->len > PROTO_MAX_READ ||
-	    r->off > r->size || proto_check_path(r->path, r->path_len))
+	    r->off > r->size || r->spill > PROTO_MAX_SPILL || proto_check_path(r->path, r->path_len))
 		return -EPROTO;
 	return 0;
 }

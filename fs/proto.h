@@ -21,7 +21,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PROTO_VERSION 1
+#include <sodium.h>
+
+#define PROTO_VERSION 2
 #define PROTO_HDR 16
 #define PROTO_NONCE 32
 #define PROTO_MAC 32
@@ -29,6 +31,9 @@
 #define PROTO_MAX_DATA (1u << 20)           /* one DATA frame's body */
 #define PROTO_MAX_READ (64u << 20)          /* one READ's length */
 #define PROTO_MAX_SMALL 256                 /* handshake, END, ERROR bodies */
+#define PROTO_MAX_SPILL 2                   /* READ's spill: runner-ups asked at most */
+#define PROTO_TAG 16                        /* a sealed frame's MAC, after its body */
+#define PROTO_KEY 32
 
 enum proto_type {
 	PROTO_HELLO = 1,            /* client: who it is, its nonce */
@@ -56,22 +61,63 @@ typedef int (*proto_frame_fn)(void *arg, const struct proto_frame *f);
 
 enum proto_role { PROTO_CLIENT, PROTO_SERVER };
 
+/* Frame authentication after the handshake. Each direction has a key of
+ * its own (proto_session_keys) and numbers its frames from 0; a sealed
+ * frame carries, after its body, PROTO_TAG bytes of Poly1305 over its
+ * header and body, keyed for that frame alone by ChaCha20 of (the
+ * direction's key, the frame's number). Forging, changing, replaying,
+ * dropping or reordering a frame therefore fails the receiver's check:
+ * the one-time key of the frame it expects next is not the one any other
+ * frame was sealed with. With --insecure-peers there is no key and frames
+ * carry no tag. */
+struct proto_mac {
+	int on;
+	uint8_t key[PROTO_KEY];
+	uint64_t seq;               /* the number of the next frame */
+};
+
+/* The two directions' keys of one connection, from the shared secret's key
+ * SECRET, both nonces and the digest: C2S seals what the client sends,
+ * S2C what the server sends. */
+void proto_session_keys(const uint8_t secret[PROTO_KEY], const uint8_t nc[PROTO_NONCE],
+			const uint8_t ns[PROTO_NONCE], uint64_t digest, uint8_t c2s[PROTO_KEY],
+			uint8_t s2c[PROTO_KEY]);
+void proto_mac_init(struct proto_mac *m, const uint8_t key[PROTO_KEY]);
+/* Bytes a frame takes after its body: PROTO_TAG when sealing, else 0. */
+size_t proto_mac_room(const struct proto_mac *m);
+/* Seals every frame of BUF in order: LEN bytes of consecutive frames, each
+ * followed by proto_mac_room() bytes that the tag fills. A no-op when M is
+ * off. -EINVAL if BUF is not whole frames laid out so. */
+int proto_seal(struct proto_mac *m, uint8_t *buf, size_t len);
+
 struct proto_dec {
 	enum proto_role role;       /* which frames we accept: those the other side sends */
 	int open;                   /* past the handshake: requests allowed */
 	uint8_t hdr[PROTO_HDR];
 	uint32_t have;              /* header bytes so far */
 	struct proto_frame cur;
-	uint8_t body[PROTO_MAX_SMALL + 32 + PROTO_MAX_PATH];  /* non-DATA bodies */
 	int in_body;
+	struct proto_mac mac;       /* on: every frame after the handshake is sealed */
+	crypto_onetimeauth_state st;
+	uint8_t tag[PROTO_TAG];
+	uint32_t tag_have;
+	int in_tag;
+	uint8_t body[PROTO_MAX_SMALL + 32 + PROTO_MAX_PATH];  /* non-DATA bodies; last */
 };
 
 /* A decoder for frames sent to ROLE. */
 void proto_dec_init(struct proto_dec *d, enum proto_role role);
-/* Allows request frames (after authentication). */
-void proto_dec_open(struct proto_dec *d);
-/* Feeds N bytes; calls FN per frame (per piece for DATA). 0, -EPROTO, or
- * FN's error. After an error the decoder must not be fed again. */
+/* Allows request frames (after authentication). With KEY (the sender's
+ * direction key), every frame from now on must be sealed with it; NULL:
+ * frames are not sealed (--insecure-peers). */
+void proto_dec_open(struct proto_dec *d, const uint8_t *key);
+/* Feeds N bytes; calls FN per frame (per piece for DATA). 0, -EPROTO (a
+ * malformed frame), -EBADMSG (a sealed frame whose tag does not check:
+ * forged, altered, replayed or out of order), or FN's error. A whole frame
+ * reaches FN only once its tag checked; DATA pieces arrive as they come,
+ * before their frame's tag, so they are provisional: act on a reply only at
+ * its END, which comes after them (any failed check ends the connection
+ * first). After an error the decoder must not be fed again. */
 int proto_feed(struct proto_dec *d, const void *buf, size_t n, proto_frame_fn fn, void *arg);
 
 /* Writes a header into OUT (PROTO_HDR bytes). */

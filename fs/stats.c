@@ -21,6 +21,8 @@ static const struct {
 	[STAT_PEER_READ_BYTES] = { "peer_read_bytes", "Bytes fetched from peer nodes, checksum verified" },
 	[STAT_PEER_SERVED_BYTES] = { "peer_served_bytes", "Bytes sent to peer nodes" },
 	[STAT_PEER_ERRORS] = { "peer_errors", "Peer faults: refused, timed out, broken or lying; each read fell back to storage" },
+	[STAT_PEER_LIES] = { "peer_lies", "Peer replies whose bytes did not match the manifest (read from storage instead)" },
+	[STAT_MANIFEST_MISMATCHES] = { "manifest_mismatches", "Storage loads whose bytes did not match the manifest (served, never cached)" },
 };
 
 static double mono(void)

@@ -24,6 +24,8 @@ enum stat_id {
 	STAT_PEER_READ_BYTES,   /* bytes fetched from peers (checksum verified) */
 	STAT_PEER_SERVED_BYTES, /* bytes sent to peers */
 	STAT_PEER_ERRORS,       /* peer faults: refused, timed out, broken, lying */
+	STAT_PEER_LIES,         /* peer replies that did not match the manifest */
+	STAT_MANIFEST_MISMATCHES, /* storage loads that did not match the manifest */
 	STAT__COUNT
 };
 

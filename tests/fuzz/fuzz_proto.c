@@ -1,7 +1,8 @@
 /* libFuzzer harness for the peer protocol's decoder: every byte stream, in
  * every role and phase, split at arbitrary points, and the parsers of every
  * frame it yields. `make test` runs it for a few seconds, `make fuzz` longer.
- * The first input byte picks the role, phase and split size. */
+ * The first input byte picks the role, phase (with or without sealed
+ * frames, under a fixed key) and split size. */
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,11 +45,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (!size)
 		return 0;
+	static const uint8_t key[PROTO_KEY] = { 7 };
 	uint8_t mode = data[0];
-	size_t step = (size_t)(mode >> 2) + 1;
+	size_t step = (size_t)(mode >> 3) + 1;
 	proto_dec_init(&d, mode & 1 ? PROTO_CLIENT : PROTO_SERVER);
 	if (mode & 2)
-		proto_dec_open(&d);
+		proto_dec_open(&d, mode & 4 ? key : NULL);
 	data++, size--;
 	for (size_t at = 0; at < size; at += step)
 		if (proto_feed(&d, data + at, size - at < step ? size - at : step, on_frame, NULL))

@@ -17,7 +17,7 @@ def hdr(length, ftype, flags=0, tag=0):
     return struct.pack("<IBBHQ", length, ftype, flags, 0, tag)
 
 
-def hello(digest=0, version=1, flags=0):
+def hello(digest=0, version=2, flags=0):
     body = b"EPOCHFS\0" + struct.pack("<HHIQI", version, 0, 1, digest, flags) + os.urandom(32)
     return hdr(len(body), 1) + body
 

@@ -1,4 +1,5 @@
-# Bad input gets one clear line and a non-zero exit with nothing mounted;
+# Bad input gets one clear line and a non-zero exit with nothing mounted
+# (a MOUNTPOINT on, in or above SOURCE too, also through another epochfs);
 # the daemon exits 0 on unmount and on SIGTERM; after kill -9 with
 # auto_unmount no mount is left.
 . "$(dirname "$0")/lib.sh"
@@ -24,9 +25,36 @@ expect_err "expected a number" --threads abc "$T/src" "$T/mnt"
 expect_err "expected seconds" --timeout -3 "$T/src" "$T/mnt"
 expect_err "unknown option" -f -o no_such_option "$T/src" "$T/mnt"
 expect_err "unexpected argument" "$T/src" "$T/mnt" extra
+expect_err "cannot open log file: No such file" --log "$T/no/such/log" "$T/src" "$T/mnt"
+out=$("$EPOCHFS" --log "$T/no/such/log" "$T/src" "$T/mnt" 2>&1)
+[ "$(echo "$out" | wc -l)" = 1 ] || fail "--log to a missing directory: more than one line: $out"
 "$EPOCHFS" --help | grep -q "usage: epochfs" || fail "--help"
 "$EPOCHFS" -V | grep -q "^epochfs " || fail "--version"
 ok "bad input: clear errors, nothing mounted"
+
+# A MOUNTPOINT that is SOURCE, inside it, or holds it: refused before
+# mounting (exit 2, one line), never a hang.
+mkdir -p "$T/src/inner" "$T/up/src2/in" "$T/mnt2"
+overlap() { # overlap SOURCE MOUNTPOINT
+	local out rc=0
+	out=$(timeout 10 "$EPOCHFS" -f "$1" "$2" 2>&1) || rc=$?
+	[ "$rc" = 2 ] || fail "$1 on $2: exit $rc (want 2): $out"
+	[ "$(echo "$out" | wc -l)" = 1 ] && echo "$out" | grep -q "overlap" || fail "$1 on $2: $out"
+	mountpoint -q "$2" && fail "$2 mounted"
+	true
+}
+overlap "$T/src" "$T/src"
+overlap "$T/src" "$T/src/inner"
+overlap "$T/up/src2" "$T/up"
+overlap "$T/src/." "$T/src/inner/.."
+# Through a mount: SOURCE is an epochfs mount whose own SOURCE holds MOUNTPOINT.
+mount_ep "$T/up" "$T/mnt2"
+[ "$(awk -v m="$T/mnt2" '$2 == m { print $1 }' /proc/mounts)" = "$T/up" ] || fail "fsname is not SOURCE: $(grep mnt2 /proc/mounts)"
+overlap "$T/mnt2/src2" "$T/up/src2/in"
+out=$(timeout 10 "$EPOCHFS" -f "$T/mnt2" "$T/up/src2/in" 2>&1); rc=$?
+[ "$rc" = 2 ] && echo "$out" | grep -q "read through epochfs from $T/up" || fail "through a mount: rc $rc: $out"
+umount_ep
+ok "MOUNTPOINT on, in or above SOURCE (also through an epochfs mount): refused, exit 2, one line"
 
 mount_ep "$T/src" "$T/mnt"
 kill -TERM "$EP_PID"

@@ -10,7 +10,10 @@
 # Then, on (c)'s warm cluster: the median latency of a whole-file read served
 # by a peer vs by the local cache, and peer fetch throughput (GB/s, 1 and 4
 # threads). Kernel caches are dropped before every epoch and measurement, so
-# reads reach the daemons.
+# reads reach the daemons. The same again on a cluster run with
+# --insecure-peers, whose frames carry no seal: the seal's cost, side by
+# side. Last, the manifest's build rate against cat of the same tree, both
+# cold.
 # Environment: PEERB_FILES (2400), PEERB_DIR (build/bench-peers).
 set -eu
 cd "$(dirname "$0")/../.."
@@ -85,23 +88,43 @@ echo "storage bytes per epoch (epochs 0, 1, 2; sum of the 3 nodes; D = $D bytes)
 echo "  (a) independent caches of D/3:     $(fmt $a)   (expected about 2/3 D after epoch 0)"
 echo "  (b) partitioned peers, D/3:        $(fmt $b)   (target 0 after epoch 0)"
 echo "  (c) partitioned peers, D/3 + 0.5%: $(fmt $c)"
-drop
-python3 tools/bench/peer_read.py classify "$W/m0" "$W/peerfiles" > "$W/lat.json"
-drop
-python3 tools/bench/peer_read.py throughput "$W/m0" "$W/peerfiles" 1 > "$W/t1.json"
-drop
-python3 tools/bench/peer_read.py throughput "$W/m0" "$W/peerfiles" 4 > "$W/t4.json"
-python3 - "$W" <<'PY'
+measure() {   # measure SUFFIX LABEL: node 0 alone, caches dropped before each
+	drop
+	python3 tools/bench/peer_read.py classify "$W/m0" "$W/peerfiles" > "$W/lat$1.json"
+	drop
+	python3 tools/bench/peer_read.py throughput "$W/m0" "$W/peerfiles" 1 > "$W/t1$1.json"
+	drop
+	python3 tools/bench/peer_read.py throughput "$W/m0" "$W/peerfiles" 4 > "$W/t4$1.json"
+	python3 - "$W" "$1" "$2" <<'PY'
 import json, os, sys
-w = sys.argv[1]
-lat = json.load(open(os.path.join(w, "lat.json")))
-t1 = json.load(open(os.path.join(w, "t1.json")))
-t4 = json.load(open(os.path.join(w, "t4.json")))
-print("whole-file read (%.0f KB mean), median: local cache hit %.3f ms, peer hit %.3f ms: +%.3f ms for the peer (%d and %d files)"
-      % (t1["bytes"] / max(1, lat["peer_n"]) / 1e3, lat["local_ms"], lat["peer_ms"],
+w, sfx, label = sys.argv[1:4]
+lat = json.load(open(os.path.join(w, "lat%s.json" % sfx)))
+t1 = json.load(open(os.path.join(w, "t1%s.json" % sfx)))
+t4 = json.load(open(os.path.join(w, "t4%s.json" % sfx)))
+print("%s: whole-file read (%.0f KB mean), median: local cache hit %.3f ms, peer hit %.3f ms: +%.3f ms for the peer (%d and %d files)"
+      % (label, t1["bytes"] / max(1, lat["peer_n"]) / 1e3, lat["local_ms"], lat["peer_ms"],
          lat["peer_ms"] - lat["local_ms"], lat["local_n"], lat["peer_n"]))
-print("peer fetch throughput (node 0 reading what nodes 1 and 2 hold): %.2f GB/s with 1 thread, %.2f GB/s with 4"
-      % (t1["gbps"], t4["gbps"]))
+print("%s: peer fetch throughput (node 0 reading what nodes 1 and 2 hold): %.2f GB/s with 1 thread, %.2f GB/s with 4"
+      % (label, t1["gbps"], t4["gbps"]))
 PY
+}
+measure "" "sealed frames (--secret-file)"
+stop3
+
+# The seal's cost: the same cluster without a secret, so without seals.
+start3 "$((third * 1005 / 1000))" --peers "$ports" --insecure-peers
+epochs > /dev/null
+measure -u "no seals (--insecure-peers)"
 stop3
 grep -hE "error|warning" "$W"/err* >&2 || true
+
+# The manifest's build rate, cold, against cat of the same files, cold.
+drop
+t0=$(date +%s%N)
+"$BUILD/epochfs-manifest" -q -o "$W/bench.manifest" "$SRC" 2>/dev/null
+t1=$(date +%s%N)
+drop
+t2=$(date +%s%N)
+find "$SRC" -type f -print0 | xargs -0 cat > /dev/null
+t3=$(date +%s%N)
+python3 -c 'import sys; D, m, c = int(sys.argv[1]), int(sys.argv[2]) / 1e9, int(sys.argv[3]) / 1e9; print("manifest build (cold): %.0f MB/s (%.2f s); cat of the same tree (cold): %.0f MB/s (%.2f s); ratio %.2fx" % (D / m / 1e6, m, D / c / 1e6, c, c / m))' "$D" $((t1 - t0)) $((t3 - t2))
