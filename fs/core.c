@@ -810,6 +810,11 @@ void core_set_peer_hooks(struct core *c, const struct core_peer_hooks *h)
 	c->peer = *h;
 }
 
+struct stats *core_stats(struct core *c)
+{
+	return &c->stats;
+}
+
 uint32_t core_chunk(const struct core *c)
 {
 	return c->chunk;

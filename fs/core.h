@@ -112,6 +112,9 @@ void core_set_peer_hooks(struct core *c, const struct core_peer_hooks *h);
 const struct manifest *core_manifest(const struct core *c);
 int core_verifiable(const struct core *c, uint32_t id, uint64_t size);
 
+/* The counters, for the modules that plug into the core (peers). */
+struct stats *core_stats(struct core *c);
+
 /* The cache's item size (also what ownership is computed over). */
 uint32_t core_chunk(const struct core *c);
 /* Cache bytes the items this node owns would take (OWNS as in the hooks). */

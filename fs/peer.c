@@ -196,7 +196,7 @@ static void set_state(struct peer *p, unsigned rank, enum pstate s)
 
 static void node_error(struct peer *p, int rank)
 {
-	stats_add(&p->c->stats, STAT_PEER_ERRORS, 1);
+	stats_add(core_stats(p->c), STAT_PEER_ERRORS, 1);
 	if (rank >= 0)
 		__atomic_add_fetch(&p->ns[rank].errors, 1, __ATOMIC_RELAXED);
 }
@@ -703,7 +703,7 @@ static int on_client_frame(void *arg, const struct proto_frame *f)
 				   (uint32_t)((uint64_t)r->off / core_chunk(p->c)), r->buf, r->got)) {
 			/* Sealed by a node that holds the secret, checksum right,
 			 * and still not the dataset's bytes: a liar. */
-			stats_add(&p->c->stats, STAT_PEER_LIES, 1);
+			stats_add(core_stats(p->c), STAT_PEER_LIES, 1);
 			__atomic_add_fetch(&p->ns[k->rank].lies, 1, __ATOMIC_RELAXED);
 			if (!p->ns[k->rank].lie_logged++)
 				log_warn("peer %s: sent bytes of %s that do not match the manifest (a lying "
@@ -716,7 +716,7 @@ static int on_client_frame(void *arg, const struct proto_frame *f)
 			return -EPROTO;
 		}
 		if (e.status > 0) {
-			stats_add(&p->c->stats, STAT_PEER_READ_BYTES, (uint64_t)e.status);
+			stats_add(core_stats(p->c), STAT_PEER_READ_BYTES, (uint64_t)e.status);
 			__atomic_add_fetch(&p->ns[k->rank].read_bytes, (uint64_t)e.status, __ATOMIC_RELAXED);
 		}
 		if (e.status == -ENOSPC) {
@@ -804,7 +804,7 @@ static void served(void *arg, ssize_t res, const void *buf)
 			all_sent = push(k, b);
 			b = NULL;
 			if (n) {
-				stats_add(&p->c->stats, STAT_PEER_SERVED_BYTES, n);
+				stats_add(core_stats(p->c), STAT_PEER_SERVED_BYTES, n);
 				if (k->rank >= 0)
 					__atomic_add_fetch(&p->ns[k->rank].served_bytes, n, __ATOMIC_RELAXED);
 			}
