@@ -103,7 +103,18 @@ void cache_loaded(struct cache *c, struct cache_ref *ref, int ok);
 void cache_get_stats(struct cache *c, struct cache_stats *s);
 
 /* Chunk maths: how many items a file of SIZE bytes makes, and the length of
- * item I (0 for I past the end). A file of 0 bytes makes no item. */
+ * item I (0 for I past the end). A file of 0 bytes makes no item.
+ * cache_span(): how many items bytes [OFF, OFF+LEN) touch (LEN > 0), and
+ * the first in *FIRST (may be NULL): more than 1 means the range crosses an
+ * item boundary. */
+static inline uint32_t cache_span(uint64_t off, uint64_t len, uint32_t chunk, uint32_t *first)
+{
+	uint64_t a = off / chunk, b = (off + len - 1) / chunk;
+
+	if (first)
+		*first = (uint32_t)a;
+	return (uint32_t)(b - a + 1);
+}
 uint32_t cache_chunks(uint64_t size, uint32_t chunk);
 size_t cache_chunk_len(uint64_t size, uint32_t chunk, uint32_t i);
 

@@ -1,4 +1,9 @@
-/* core.c - see core.h. */
+/* core.c - the core's wiring: opening SOURCE and the stores behind it
+ * (index, RAM cache, manifest, .epochfs/, .prep/), starting and stopping
+ * their threads, the staleness bound, and what the modules that plug in
+ * (peers) may ask. The namespaces are fs/nodes.c, the read path fs/read.c,
+ * the catalogue of samples fs/metrics.c; see core.h.
+ */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -8,21 +13,14 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
-#include "core.h"
+#include "core_int.h"
 #include "log.h"
-#include "options.h"
-#include "syncwait.h"
-#include "watch.h"
 
-#define CORE_MAX_SAMPLES 512     /* ours, and the peer layer's (at most 64 peers x 5 + 8) */
-
-static int core_render(void *arg, enum control_file f, char *buf, size_t len)
+uint64_t core_ram_bytes(void)
 {
-	struct sample v[CORE_MAX_SAMPLES];
-	int n = core_samples(arg, v, CORE_MAX_SAMPLES);
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
 
-	return f == CONTROL_STATS_JSON ? stats_render_json(v, n, buf, len)
-				       : stats_render_prom(v, n, buf, len);
+	return pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
 }
 
 /* Sizes and creates the RAM cache. The default is a quarter of RAM, but no
@@ -37,10 +35,10 @@ static int cache_setup(struct core *c, const struct core_opts *o)
 	int err;
 
 	index_totals(c->ix, &t);
-	c->chunk = (uint32_t)(o->cache_chunk ? o->cache_chunk : OPTIONS_DEFAULT_CACHE_CHUNK);
+	c->chunk = (uint32_t)(o->cache_chunk ? o->cache_chunk : CORE_DEFAULT_CACHE_CHUNK);
 	c->cache_need = t.bytes + (t.files + t.bytes / c->chunk + 1) * 64;
 	if (o->cache_default) {
-		cap = options_ram_bytes() / 100 * OPTIONS_DEFAULT_CACHE_PERCENT;
+		cap = core_ram_bytes() / 100 * CORE_DEFAULT_CACHE_PERCENT;
 		if (cap > c->cache_need)
 			cap = c->cache_need;
 	}
@@ -130,7 +128,7 @@ static int prep_setup(struct core *c, const struct core_opts *o)
 				 .timeout_s = o->prep_timeout, .ahead = o->prep_ahead };
 
 	if (!go.mem)
-		go.mem = options_ram_bytes() / 100 * OPTIONS_DEFAULT_PREP_MEM_PERCENT;
+		go.mem = core_ram_bytes() / 100 * CORE_DEFAULT_PREP_MEM_PERCENT;
 	return prepdir_new(&io, &go, &c->prep);
 }
 
@@ -178,6 +176,7 @@ int core_open(const struct core_opts *o, struct core **out)
 		goto fail;
 	if (o->prep && (err = prep_setup(c, o)) < 0)
 		goto fail;
+	core_set_change_cb(c, NULL, NULL);      /* counts changes until the adapter listens */
 	*out = c;
 	return 0;
 fail:
@@ -246,34 +245,6 @@ double core_timeout(const struct core *c)
 	return c->timeout;
 }
 
-int core_lookup(struct core *c, uint32_t parent, const char *name, struct index_attr *a,
-		double *valid)
-{
-	/* Gone entries too: a file that came back is found by its check. */
-	uint32_t id = index_find(c->ix, parent, name);
-
-	*valid = c->timeout;
-	stats_add(&c->stats, STAT_LOOKUPS, 1);
-	if (!id)
-		return -ENOENT;     /* names created after the scan are never added */
-	index_revalidate(c->ix, id, valid);
-	if (index_get(c->ix, id, a) < 0 || a->gone)
-		return -ENOENT;
-	return 0;
-}
-
-int core_getattr(struct core *c, uint32_t id, uint32_t gen, struct index_attr *a, double *valid)
-{
-	*valid = c->timeout;
-	if (index_get(c->ix, id, a) < 0)
-		return -ENOENT;
-	if (index_revalidate(c->ix, id, valid) > 0 && index_get(c->ix, id, a) < 0)
-		return -ENOENT;
-	if (a->gone || (!S_ISDIR(a->mode) && a->gen != gen))
-		return -ESTALE;
-	return 0;
-}
-
 int core_start(struct core *c)
 {
 	int err = storage_new(c->rootfd, c->opts.ring_depth, &c->st);
@@ -331,478 +302,6 @@ void core_close(struct core *c)
 		close(c->rootfd);
 	free(c->source);
 	free(c);
-}
-
-/* What a read_item() call is: a whole request, one item's share of a
- * request (struct core_multi), or a read a peer asked for. */
-enum { PART_NO, PART_YES, PART_PEER };
-
-/* One read in flight past core_read(): the storage fallback, a cache load,
- * or a wait on another request's load. A PART is one item's share of a
- * request that spans several items (struct core_multi): it counts only its
- * hit or miss bytes, and the request does the rest once. */
-struct core_read_ctx {
-	struct core *c;
-	uint32_t id;
-	int part;
-	off_t off;                  /* the request (or part) */
-	size_t len;
-	struct index_attr a;        /* the version it must come from */
-	struct cache_ref ref;       /* LOAD: the item being filled */
-	off_t item_off;             /* file offset of the item */
-	struct cache_waiter w;      /* WAIT */
-	int via_storage;            /* LOAD: storage answered (not a peer, which checks its own) */
-	core_read_fn done;
-	void *arg;
-};
-
-/* Counts a finished request, replies, then refreshes a stale entry. */
-static void reply_request(struct core *c, uint32_t id, ssize_t res, const void *buf,
-			  core_read_fn done, void *arg)
-{
-	if (res >= 0) {
-		stats_add(&c->stats, STAT_READS, 1);
-		stats_add(&c->stats, STAT_READ_BYTES, (uint64_t)res);
-	} else {
-		stats_add(&c->stats, res == -ESTALE ? STAT_STALE_READS : STAT_READ_ERRORS, 1);
-	}
-	done(arg, res, buf);
-	/* Only after the reply: the refresh may make the adapter notify the
-	 * kernel about this very inode. */
-	if (res == -ESTALE)
-		index_refresh(c->ix, id, 0);
-}
-
-static void reply(struct core_read_ctx *x, ssize_t res, const void *buf, int from_cache)
-{
-	if (res >= 0 && x->part != PART_PEER)
-		stats_add(&x->c->stats, from_cache ? STAT_CACHE_HIT_BYTES : STAT_CACHE_MISS_BYTES,
-			  (uint64_t)res);
-	if (x->part)
-		x->done(x->arg, res, buf);
-	else
-		reply_request(x->c, x->id, res, buf, x->done, x->arg);
-}
-
-static void storage_done(void *arg, ssize_t res, const void *buf)
-{
-	struct core_read_ctx *x = arg;
-
-	reply(x, res, buf, 0);
-	free(x);
-}
-
-/* A fetch from source I that may still fall back to a later one. */
-struct fetch_ctx {
-	struct core *c;
-	int next;
-	int *via_storage;           /* set to 1 if storage answers (or NULL) */
-	uint32_t id;
-	struct index_version v;
-	off_t off;
-	size_t len;
-	void *buf;
-	source_done_fn done;
-	void *arg;
-};
-
-static void fetch(struct core *c, int i, uint32_t id, const char *rel,
-		  const struct index_version *v, off_t off, size_t len, void *buf,
-		  int *via_storage, source_done_fn done, void *arg);
-
-static void fetch_done(void *arg, ssize_t res, const void *buf)
-{
-	struct fetch_ctx *f = arg;
-	char path[4096];
-
-	if (res != -EAGAIN) {
-		f->done(f->arg, res, buf);
-	} else if ((res = index_path(f->c->ix, f->id, path, sizeof(path))) < 0) {
-		f->done(f->arg, res, NULL);
-	} else {
-		fetch(f->c, f->next, f->id, path, &f->v, f->off, f->len, f->buf, f->via_storage, f->done,
-		      f->arg);
-	}
-	free(f);
-}
-
-/* Fetches a miss from the sources, from the I-th on; storage, the last,
- * is called directly (and sets *VIA_STORAGE, when given, first). DONE runs
- * once. */
-static void fetch(struct core *c, int i, uint32_t id, const char *rel,
-		  const struct index_version *v, off_t off, size_t len, void *buf,
-		  int *via_storage, source_done_fn done, void *arg)
-{
-	struct fetch_ctx *f;
-
-	if (i >= c->nsources || !(f = malloc(sizeof(*f)))) {
-		if (via_storage)
-			*via_storage = 1;
-		storage_read(c->st, rel, v, off, len, buf, done, arg);
-		return;
-	}
-	*f = (struct fetch_ctx){ .c = c, .next = i + 1, .via_storage = via_storage, .id = id, .v = *v,
-				 .off = off, .len = len, .buf = buf, .done = done, .arg = arg };
-	c->sources[i].read(c->sources[i].ctx, id, rel, v, off, len, buf, fetch_done, f);
-}
-
-int core_add_source(struct core *c, const struct source *s)
-{
-	if (c->nsources == CORE_MAX_SOURCES)
-		return -ENOSPC;
-	c->sources[c->nsources++] = *s;
-	return 0;
-}
-
-/* Reads the request itself from the sources (no cache involved). */
-static void read_storage(struct core_read_ctx *x)
-{
-	char path[4096];
-	int err = index_path(x->c->ix, x->id, path, sizeof(path));
-
-	if (err < 0) {
-		storage_done(x, err, NULL);
-		return;
-	}
-	fetch(x->c, 0, x->id, path, &x->a.v, x->off, x->len, NULL, NULL, storage_done, x);
-}
-
-/* Serves the request from item bytes DATA (LEN long, at x->item_off).
- * HIT: the bytes cost this request no storage read (a cached item, or a
- * load another request made); the read that loads an item is a miss. */
-static void reply_from_item(struct core_read_ctx *x, const char *data, size_t len, int hit)
-{
-	size_t skip = (size_t)(x->off - x->item_off);
-	size_t n = x->len < len - skip ? x->len : len - skip;
-
-	reply(x, (ssize_t)n, data + skip, hit);
-}
-
-static void wait_done(void *arg, const void *data, size_t len)
-{
-	struct core_read_ctx *x = arg;
-
-	if (!data) {
-		read_storage(x);        /* the load failed: go to the source ourselves */
-		return;
-	}
-	reply_from_item(x, data, len, 1);
-	free(x);
-}
-
-/* With a manifest: whether the storage bytes of a load are the ones it
- * lists. A mismatch (SOURCE changed in place, or corrupt under us) is
- * counted and logged; SOURCE stays what readers get, but the bytes are
- * never cached, so never served to a peer as checked. */
-static int load_checks(struct core_read_ctx *x)
-{
-	struct core *c = x->c;
-	uint32_t chunk = (uint32_t)((uint64_t)x->item_off / c->chunk);
-	int f = core_verifiable(c, x->id, x->a.v.size);
-	char path[4096];
-
-	if (f < 0 || manifest_check(c->man, (uint32_t)f, chunk, x->ref.data, x->ref.len) == 0)
-		return 1;
-	stats_add(&c->stats, STAT_MANIFEST_MISMATCHES, 1);
-	if (index_path(c->ix, x->id, path, sizeof(path)) < 0)
-		snprintf(path, sizeof(path), "#%u", x->id);
-	log_warn("%s (chunk %u): storage bytes do not match the manifest; served, not cached", path, chunk);
-	return 0;
-}
-
-static void load_done(void *arg, ssize_t res, const void *buf)
-{
-	struct core_read_ctx *x = arg;
-	int ok = res == (ssize_t)x->ref.len, keep = ok && (!x->via_storage || !x->c->man || load_checks(x));
-
-	(void)buf;
-	/* Serve our own request first, then let the waiters go. A peer asking
-	 * for bytes we could not check gets an error and reads storage itself. */
-	if (ok && (keep || x->part != PART_PEER))
-		reply_from_item(x, x->ref.data, x->ref.len, 0);
-	else
-		reply(x, res < 0 ? res : ok ? -EBADMSG : -EIO, NULL, 0);
-	cache_loaded(x->c->cache, &x->ref, keep);
-	free(x);
-}
-
-/* With peers: may chunk CHUNK of file ID (LEN bytes) take cache budget? */
-static int may_admit(struct core *c, uint32_t id, uint32_t chunk, size_t len)
-{
-	char path[4096];
-
-	if (index_path(c->ix, id, path, sizeof(path)) < 0)
-		return 0;
-	if (c->peer.owns(c->peer.ctx, path, chunk))
-		return 1;
-	if (!c->peer.remote_budget)
-		return 0;
-	if (__atomic_add_fetch(&c->remote_used, len, __ATOMIC_RELAXED) <= c->peer.remote_budget)
-		return 1;
-	__atomic_sub_fetch(&c->remote_used, len, __ATOMIC_RELAXED);
-	return 0;
-}
-
-/* Reads [OFF, OFF+LEN) of file ID, version A, which lies inside one cache
- * item (or anywhere, without a cache): hit, load, wait, or storage. */
-static void read_item(struct core *c, uint32_t id, const struct index_attr *a, off_t off,
-		      size_t len, int part, core_read_fn done, void *arg)
-{
-	uint32_t chunk = (uint32_t)((uint64_t)off / c->chunk);
-	off_t item_off = (off_t)chunk * c->chunk;
-	size_t item_len = c->cache ? cache_chunk_len(a->v.size, c->chunk, chunk) : 0;
-	enum cache_result r = CACHE_MISS;
-	struct core_read_ctx *x;
-	struct cache_ref ref;
-
-	if (c->cache) {
-		/* The hit path allocates nothing: a waiter is needed only if the
-		 * item is loading, and then we ask again with one. With peers, an
-		 * absent item is admitted only if we own it (or it fits the
-		 * remote budget): that is decided on the miss path alone. */
-		int may = !c->peer.owns;
-		r = cache_get_ex(c->cache, id, chunk, &a->v, item_len, NULL, &ref, may);
-		if (!may && r == CACHE_MISS && may_admit(c, id, chunk, item_len))
-			r = cache_get(c->cache, id, chunk, &a->v, item_len, NULL, &ref);
-		if (r == CACHE_HIT) {
-			struct core_read_ctx hx = { .c = c, .id = id, .part = part, .off = off,
-						    .len = len, .item_off = item_off,
-						    .done = done, .arg = arg };
-			reply_from_item(&hx, ref.data, ref.len, 1);
-			return;
-		}
-	}
-	x = calloc(1, sizeof(*x));
-	if (!x) {
-		if (r == CACHE_LOAD)
-			cache_loaded(c->cache, &ref, 0);
-		if (part)
-			done(arg, -ENOMEM, NULL);
-		else
-			reply_request(c, id, -ENOMEM, NULL, done, arg);
-		return;
-	}
-	*x = (struct core_read_ctx){ .c = c, .id = id, .part = part, .off = off, .len = len,
-				     .a = *a, .item_off = item_off, .done = done, .arg = arg };
-	if (r == CACHE_WAIT) {
-		x->w.fn = wait_done;
-		x->w.arg = x;
-		r = cache_get(c->cache, id, chunk, &a->v, item_len, &x->w, &ref);
-		if (r == CACHE_WAIT)
-			return;             /* wait_done() finishes it */
-		if (r == CACHE_HIT) {
-			reply_from_item(x, ref.data, ref.len, 1);
-			free(x);
-			return;
-		}
-	}
-	if (r == CACHE_LOAD) {
-		char path[4096];
-		int err = index_path(c->ix, id, path, sizeof(path));
-		x->ref = ref;
-		if (err < 0) {
-			load_done(x, err, NULL);
-			return;
-		}
-		fetch(c, 0, id, path, &a->v, item_off, ref.len, ref.data, &x->via_storage, load_done, x);
-		return;
-	}
-	if (part == PART_PEER) {
-		/* We cannot keep it: the asker tries the next node of the item's
-		 * ranking, which may, rather than have us read storage for
-		 * nothing kept. */
-		done(arg, -ENOSPC, NULL);
-		free(x);
-		return;
-	}
-	read_storage(x);
-}
-
-/* A request that spans several cache items (a read larger than a chunk, or
- * one that crosses a chunk boundary): one part per item, each going the
- * single-item way, assembled in BUF and answered once. One copy more than a
- * single-item hit, and only on this path. */
-struct core_multi {
-	struct core *c;
-	uint32_t id;
-	size_t len;
-	int pending;                /* atomic: parts not done, +1 while submitting */
-	int err;                    /* atomic: the first part's error, or 0 */
-	core_read_fn done;
-	void *arg;
-	char *buf;
-};
-
-struct core_part {
-	struct core_multi *m;
-	size_t at;                  /* offset in m->buf */
-	size_t want;
-};
-
-static void multi_put(struct core_multi *m)
-{
-	if (__atomic_sub_fetch(&m->pending, 1, __ATOMIC_ACQ_REL))
-		return;
-	reply_request(m->c, m->id, m->err ? m->err : (ssize_t)m->len, m->buf, m->done, m->arg);
-	free(m);
-}
-
-static void part_done(void *arg, ssize_t res, const void *buf)
-{
-	struct core_part *p = arg;
-	struct core_multi *m = p->m;
-	int none = 0;
-
-	/* Every part lies inside the file's size, so a short part means the
-	 * file changed under the read. */
-	if (res >= 0 && (size_t)res != p->want)
-		res = -ESTALE;
-	if (res < 0)
-		__atomic_compare_exchange_n(&m->err, &none, (int)res, 0, __ATOMIC_RELAXED,
-					    __ATOMIC_RELAXED);
-	else
-		memcpy(m->buf + p->at, buf, (size_t)res);
-	multi_put(m);
-}
-
-static void read_multi(struct core *c, uint32_t id, const struct index_attr *a, off_t off,
-		       size_t len, core_read_fn done, void *arg)
-{
-	uint32_t first = (uint32_t)((uint64_t)off / c->chunk);
-	uint32_t n = (uint32_t)((uint64_t)(off + (off_t)len - 1) / c->chunk) - first + 1;
-	struct core_multi *m = malloc(sizeof(*m) + n * sizeof(struct core_part) + len);
-	struct core_part *parts;
-
-	if (!m) {
-		reply_request(c, id, -ENOMEM, NULL, done, arg);
-		return;
-	}
-	parts = (struct core_part *)(m + 1);
-	*m = (struct core_multi){ .c = c, .id = id, .len = len, .pending = (int)n + 1,
-				  .done = done, .arg = arg, .buf = (char *)(parts + n) };
-	for (uint32_t i = 0; i < n; i++) {
-		off_t lo = i ? (off_t)(first + i) * c->chunk : off;
-		off_t hi = (off_t)(first + i + 1) * c->chunk;
-		if (hi > off + (off_t)len)
-			hi = off + (off_t)len;
-		parts[i] = (struct core_part){ .m = m, .at = (size_t)(lo - off), .want = (size_t)(hi - lo) };
-		read_item(c, id, a, lo, (size_t)(hi - lo), 1, part_done, &parts[i]);
-	}
-	multi_put(m);
-}
-
-void core_read(struct core *c, uint32_t id, uint32_t gen, off_t off, size_t len,
-	       core_read_fn done, void *arg)
-{
-	struct index_attr a;
-
-	/* A coarse clock read on the hit path; a stat when the check is due. */
-	index_revalidate(c->ix, id, NULL);
-	if (index_get(c->ix, id, &a) < 0 || !S_ISREG(a.mode)) {
-		stats_add(&c->stats, STAT_READ_ERRORS, 1);
-		done(arg, -EIO, NULL);
-		return;
-	}
-	if (a.gen != gen || a.gone) {
-		stats_add(&c->stats, STAT_STALE_READS, 1);
-		done(arg, -ESTALE, NULL);
-		return;
-	}
-	if (off < 0 || (uint64_t)off >= a.v.size) {
-		stats_add(&c->stats, STAT_READS, 1);
-		done(arg, 0, NULL);
-		return;
-	}
-	if (len > a.v.size - (uint64_t)off)
-		len = (size_t)(a.v.size - (uint64_t)off);
-	if (c->cache && (uint64_t)off / c->chunk != (uint64_t)(off + (off_t)len - 1) / c->chunk)
-		read_multi(c, id, &a, off, len, done, arg);
-	else
-		read_item(c, id, &a, off, len, 0, done, arg);
-}
-
-/* The index entry of the path REL (LEN bytes) below SOURCE, in *A. 0 or
- * -ENOENT / -ENAMETOOLONG. Only indexed names resolve: nothing outside
- * SOURCE, no symlink followed. */
-static int lookup_rel(struct core *c, const char *rel, size_t len, struct index_attr *a)
-{
-	char path[4096], *save = NULL, *tok;
-	uint32_t id = INDEX_ROOT;
-
-	if (len >= sizeof(path))
-		return -ENAMETOOLONG;
-	memcpy(path, rel, len);
-	path[len] = '\0';
-	for (tok = strtok_r(path, "/", &save); tok; tok = strtok_r(NULL, "/", &save))
-		if (strcmp(tok, ".") && !(id = index_lookup(c->ix, id, tok)))
-			return -ENOENT;
-	if (index_get(c->ix, id, a) < 0 || a->gone)
-		return -ENOENT;
-	return 0;
-}
-
-ssize_t core_read_file(struct core *c, const char *rel, void **buf, size_t *cap)
-{
-	struct index_attr a;
-	size_t got = 0;
-	int err = lookup_rel(c, rel, strlen(rel), &a);
-
-	if (err < 0)
-		return err;
-	uint32_t id = a.id;
-	if (!S_ISREG(a.mode))
-		return S_ISDIR(a.mode) ? -EISDIR : -ENOENT;
-	if (a.v.size + 1 > *cap) {
-		void *q = realloc(*buf, a.v.size + 1);
-		if (!q)
-			return -ENOMEM;
-		*buf = q;
-		*cap = a.v.size + 1;
-	}
-	while (got < a.v.size) {
-		struct sync_wait w = SYNC_WAIT_INIT((char *)*buf + got);
-		size_t want = a.v.size - got < (8u << 20) ? a.v.size - got : (8u << 20);
-		core_read(c, id, a.gen, (off_t)got, want, sync_wait_done, &w);
-		ssize_t n = sync_wait(&w);
-		if (n < 0)
-			return n;
-		if (n == 0)
-			break;              /* shrank under us: the version check says why next time */
-		got += (size_t)n;
-	}
-	return (ssize_t)got;
-}
-
-void core_read_peer(struct core *c, const char *rel, uint64_t size, int64_t mtime_ns, off_t off,
-		    size_t len, core_read_fn done, void *arg)
-{
-	struct index_attr a;
-	int err = lookup_rel(c, rel, strlen(rel), &a);
-
-	if (err < 0 || !S_ISREG(a.mode)) {
-		done(arg, err < 0 ? err : -ENOENT, NULL);
-		return;
-	}
-	if (a.v.size != size || a.v.mtime_ns != mtime_ns) {
-		/* The asker may have seen a change we have not: look again. */
-		index_refresh(c->ix, a.id, 0);
-		if (index_get(c->ix, a.id, &a) < 0 || a.gone || a.v.size != size ||
-		    a.v.mtime_ns != mtime_ns) {
-			done(arg, -ESTALE, NULL);
-			return;
-		}
-	}
-	if (off < 0 || (uint64_t)off >= a.v.size) {
-		done(arg, 0, NULL);
-		return;
-	}
-	if (len > a.v.size - (uint64_t)off)
-		len = (size_t)(a.v.size - (uint64_t)off);
-	if ((uint64_t)off / c->chunk != (uint64_t)(off + (off_t)len - 1) / c->chunk) {
-		done(arg, -EINVAL, NULL);
-		return;
-	}
-	read_item(c, a.id, &a, off, len, PART_PEER, done, arg);
 }
 
 void core_set_peer_hooks(struct core *c, const struct core_peer_hooks *h)
@@ -864,74 +363,3 @@ int core_debug_fd(struct core *c)
 	return maint_command_fd(c->maint);
 }
 
-int core_samples(struct core *c, struct sample *out, int max)
-{
-	struct index_totals t;
-	struct storage_stats ss;
-	int n = 0;
-
-	index_totals(c->ix, &t);
-	storage_get_stats(c->st, &ss);
-#define GAUGE(nm, hp, val) \
-	if (n < max) out[n++] = (struct sample){ .name = nm, .help = hp, .kind = SAMPLE_GAUGE, .u = (val) }
-#define COUNTER(nm, hp, val) \
-	if (n < max) out[n++] = (struct sample){ .name = nm, .help = hp, .kind = SAMPLE_COUNTER, .u = (val) }
-	GAUGE("files", "Regular files in the index", t.files);
-	GAUGE("dirs", "Directories in the index", t.dirs);
-	GAUGE("symlinks", "Symbolic links in the index", t.symlinks);
-	GAUGE("bytes_total", "Sum of the sizes of the indexed files", t.bytes);
-	GAUGE("index_bytes", "Memory held by the index", index_memory(c->ix));
-	GAUGE("watched_dirs", "Directories watched for changes", watch_count(c->watch));
-	COUNTER("storage_read_bytes", "Bytes the daemon read from SOURCE", ss.bytes);
-	COUNTER("storage_reads", "Reads the daemon issued to SOURCE", ss.reads);
-	COUNTER("storage_errors", "Reads of SOURCE that failed", ss.errors);
-	COUNTER("storage_inline_reads", "Reads of SOURCE served at once from its page cache", ss.inline_reads);
-	struct cache_stats cs = { 0 };
-	if (c->cache)
-		cache_get_stats(c->cache, &cs);
-	GAUGE("cache_capacity_bytes", "Byte budget of the RAM cache", cs.capacity);
-	GAUGE("cache_used_bytes", "Bytes of the budget in use", cs.used);
-	GAUGE("cache_items", "Items ready in the RAM cache", cs.items);
-	COUNTER("cache_hits", "Reads served from (or waiting on) a cached item", cs.hits);
-	COUNTER("cache_misses", "Reads that found no cached item", cs.misses);
-	COUNTER("cache_corrupt", "Cached items dropped for a checksum mismatch", cs.corrupt);
-	COUNTER("cache_stale", "Cached items dropped because their file changed", cs.stale);
-	COUNTER("cache_full", "Items not admitted: budget spent", cs.full);
-	COUNTER("cache_scrubbed_bytes", "Bytes the background scrubber re-checked", cs.scrubbed_bytes);
-	COUNTER("cache_scrub_passes", "Full passes of the scrubber over the cache", cs.scrub_passes);
-	GAUGE("cache_prefaulted_bytes", "Arena bytes made resident ahead of the fill", cs.prefaulted);
-	GAUGE("manifest_files", "Files the manifest (--manifest) checks", c->man_files);
-	GAUGE("manifest_unverified", "Files the manifest cannot check (not in it, or another size): storage only",
-	      c->man_unverified);
-	struct group_stats ps = { 0 };
-	uint64_t groups = 0;
-	if (c->prep)
-		prepdir_stats(c->prep, &ps, &groups);
-	GAUGE("prep_groups", "Prep groups declared in .prep/", groups);
-	COUNTER("prep_batches_produced", "Batches made (first time)", ps.produced);
-	COUNTER("prep_batches_regenerated", "Batches made again after they were freed", ps.regenerated);
-	COUNTER("prep_batches_freed", "Batches freed once their consumers read them", ps.freed);
-	COUNTER("prep_served_bytes", "Batch bytes read by consumers", ps.served_bytes);
-	COUNTER("prep_images", "Images decoded and augmented", ps.images);
-	COUNTER("prep_bad_samples", "Images replaced by a substitute (corrupt, not JPEG, too large)", ps.bad_samples);
-	GAUGE("prep_staged_bytes", "Bytes of made batches held in memory", ps.staged_bytes);
-	GAUGE("prep_staged_peak_bytes", "Most bytes of made batches held at once (sum over groups)", ps.staged_peak);
-	GAUGE("prep_consumers", "Batch files open now", ps.readers);
-	COUNTER("prep_consumers_dropped", "Consumers given up on after stalling", ps.dropped);
-#undef GAUGE
-#undef COUNTER
-	if (n < max)
-		out[n++] = (struct sample){ .name = "prep_cpu_seconds", .help = "CPU seconds spent making batches",
-					    .kind = SAMPLE_COUNTER, .is_float = 1, .d = ps.cpu_ns / 1e9 };
-	n += stats_samples(&c->stats, out + n, max - n);
-	if (c->peer.samples)
-		n += c->peer.samples(c->peer.ctx, out + n, max - n);
-	if (n < max)
-		out[n++] = (struct sample){ .name = "uptime_s", .help = "Seconds since mount",
-					    .kind = SAMPLE_GAUGE, .is_float = 1,
-					    .d = stats_uptime(&c->stats) };
-	if (n < max)
-		out[n++] = (struct sample){ .name = "scan_seconds", .help = "Seconds the mount-time scan took",
-					    .kind = SAMPLE_GAUGE, .is_float = 1, .d = t.scan_seconds };
-	return n;
-}

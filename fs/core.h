@@ -1,29 +1,52 @@
-/* core.h - the filesystem without FUSE: index, storage, counters, control.
+/* core.h - the filesystem without FUSE: the namespaces, the read path, the
+ * stores and counters behind them.
  *
  * The FUSE adapter (ops.c) turns kernel requests into calls on a struct core
  * and core results into replies; tools and tests drive the same core with no
- * mount at all. A read travels: core_read() -> the RAM cache -> on a miss,
- * the sources in order (source.h: a peer later, storage always last). The core never calls into the adapter; the adapter
- * learns of changes under the mount through the index's change callback.
+ * mount at all. Everything a kernel asks for is addressed by a *node*
+ * number, and the core keeps the three namespaces apart behind it (one
+ * dispatch point, fs/nodes.c):
+ *
+ *   data      the dataset, from the index: (generation << 32) | index id
+ *   control   .epochfs/ (fs/control.c): CONTROL_NODE_BIT
+ *   prep      .prep/ (fs/prepdir.c): CONTROL_NODE_BIT | PREPDIR_NODE_BIT
+ *
+ * A read travels: core_read() -> the read path (fs/read.c) -> the RAM cache
+ * -> on a miss, the sources in order (source.h: a peer, storage always
+ * last). The core never calls into the adapter; it tells it of changes
+ * under the mount through core_set_change_cb().
+ *
+ * struct core is opaque; fs/core_int.h is its inside, for the core's files.
  */
 #ifndef EPOCHFS_CORE_H
 #define EPOCHFS_CORE_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/statvfs.h>
 #include <sys/types.h>
 
-#include "cache.h"
-#include "control.h"
-#include "index.h"
-#include "maint.h"
-#include "manifest.h"
-#include "prepdir.h"
-#include "source.h"
 #include "stats.h"
-#include "storage.h"
+
+struct manifest;
+struct source;
 
 #define CORE_MAX_SOURCES 4
+#define CORE_ROOT_NODE 1u           /* the mount's root: SOURCE itself */
+
+/* Defaults the command line shows (options.c) and the core applies. */
+#define CORE_DEFAULT_CACHE_PERCENT 25u              /* of RAM, at most what the dataset takes */
+#define CORE_DEFAULT_CACHE_CHUNK (256u << 10)       /* docs/design.md: chunk size */
+#define CORE_DEFAULT_PREP_MEM_PERCENT 10u           /* of RAM, per prep group */
+/* How long a check of an entry against SOURCE stays valid when --timeout is
+ * not given: where the inotify watch sees every change (a local
+ * filesystem, watch running), and where it cannot (NFS, Lustre, FUSE,
+ * --no-watch: other clients' changes raise no event). Figures in
+ * docs/design.md. */
+#define CORE_TIMEOUT_WATCHED 3600.0
+#define CORE_TIMEOUT_UNWATCHED 1.0
+
+struct core;
 
 struct core_opts {
 	const char *source;         /* the dataset directory */
@@ -35,7 +58,7 @@ struct core_opts {
 				     * (--timeout); < 0: picked by core_start() */
 	int cache_default;          /* size the cache by default (cache_size ignored) */
 	uint64_t cache_size;        /* bytes; 0: no RAM cache */
-	uint64_t cache_chunk;       /* item size for large files */
+	uint64_t cache_chunk;       /* item size for large files; 0: default */
 	int verify;                 /* re-check every hit's checksum */
 	uint64_t scrub_rate;        /* bytes/s the scrubber re-checks; 0: none */
 	uint64_t prefault_window;   /* arena bytes kept resident ahead of the fill; 0: none */
@@ -48,8 +71,135 @@ struct core_opts {
 	unsigned prep_ahead;        /* batches made past the furthest read; 0: default */
 };
 
-/* What the peer layer (peer.h) plugs into the core; the core never calls
- * the network itself. */
+/* Bytes of physical memory (0 if unknown): the base of "N%" sizes. */
+uint64_t core_ram_bytes(void);
+
+/* Opens and scans SOURCE (its threads are joined before it returns).
+ * Returns 0 and *OUT or -errno; on failure a one-line reason naming SOURCE
+ * has been logged. */
+int core_open(const struct core_opts *o, struct core **out);
+/* Starts the long-lived threads: the io_uring reader, the change watcher,
+ * the cache's background thread, the peer thread. Separate from
+ * core_open() so a daemon can fork in between (fork keeps one thread).
+ * Reads need it. Returns 0 or -errno (logged). */
+int core_start(struct core *c);
+void core_close(struct core *c);
+
+/* ---- the namespaces, by node number (fs/nodes.c) ---------------------- */
+
+/* What the kernel is told of a node. */
+struct core_attr {
+	uint64_t node;              /* its node number */
+	uint32_t generation;
+	uint32_t mode;              /* type and permission bits */
+	uint32_t nlink, uid, gid, blksize;
+	uint64_t ino;               /* st_ino: SOURCE's for data nodes */
+	uint64_t size, blocks;
+	int64_t mtime_ns, ctime_ns;
+	double valid;               /* seconds the kernel may cache the entry and attributes */
+	unsigned flags;             /* CORE_F_* */
+};
+#define CORE_F_DIRECT_IO 1u         /* bypass the page cache: control files, .prep/ */
+#define CORE_F_NEW_NODE 2u          /* every lookup is a new node (snapshots, batch readers) */
+
+/* NAME in directory PARENT: 0 and *A; -ENOENT (A->valid: how long the
+ * absence may be cached), -ENOTDIR, -ENOMEM. Data entries are re-checked
+ * against SOURCE when their check is older than core_timeout(), and a file
+ * that changed comes back at its new generation (a new node). */
+int core_lookup(struct core *c, uint64_t parent, const char *name, struct core_attr *a);
+/* Attributes of NODE, re-checked like core_lookup(). 0; -ESTALE when the
+ * file changed since its node was looked up (or vanished); -ENOENT. */
+int core_getattr(struct core *c, uint64_t node, struct core_attr *a);
+/* The text of symlink NODE into BUF (LEN bytes), NUL-terminated; its
+ * length or -errno (-EINVAL: not a link). The link is read, never
+ * followed: the reader's kernel resolves it in the reader's namespace. */
+ssize_t core_readlink(struct core *c, uint64_t node, char *buf, size_t len);
+/* The filesystem of SOURCE, flagged read-only when the mount is (no .prep/). */
+int core_statfs(struct core *c, struct statvfs *sv);
+
+struct core_dirent {
+	char name[264];             /* an index name (255), or a .prep/ NAME.error */
+	struct core_attr attr;      /* attr.node 0: the kernel should make no inode
+				     * from a listing (snapshots, batch readers) */
+};
+/* The first entry of directory DIR at position *POS or after it (0 is
+ * ".", 1 is ".."): 1 and *D with *POS its position (the next call starts
+ * at *POS + 1), 0 past the end, or -errno. Data entries whose check is due
+ * come with valid 0 (no stat here: the kernel's next use looks them up). */
+int core_readdir(struct core *c, uint64_t dir, uint64_t *pos, struct core_dirent *d);
+
+/* Done callback of core_read(): RES bytes in BUF, or -errno. BUF is valid
+ * only during the call. */
+typedef void (*core_read_fn)(void *arg, ssize_t res, const void *buf);
+
+/* Reads up to LEN bytes at OFF of NODE. A data file is read through the RAM
+ * cache when the item is there (or admitted now), else from the sources;
+ * clamped to its size; re-checked first when its check is older than
+ * core_timeout(), so a cached item is never served past that bound after
+ * its file changed; -ESTALE (EIO to a reader) when NODE's generation is
+ * not the file's now or the file changed during the read, never mixed
+ * bytes. A batch file not made yet is answered when it is. DONE is called
+ * exactly once, on this thread or another. */
+void core_read(struct core *c, uint64_t node, off_t off, size_t len, core_read_fn done, void *arg);
+
+/* Write-type calls: only .prep/ takes them (spec files); anything else is
+ * -EROFS. core_open_check(): may NODE be opened with FLAGS (O_ACCMODE,
+ * O_TRUNC)? 0 or -errno; *A gets its attributes (flags say how). */
+int core_open_check(struct core *c, uint64_t node, int flags, struct core_attr *a);
+int core_access(struct core *c, uint64_t node, int mask);
+ssize_t core_write(struct core *c, uint64_t node, const void *buf, size_t len, off_t off);
+int core_create(struct core *c, uint64_t parent, const char *name, struct core_attr *a);
+/* Truncates NODE to SIZE (a spec being rewritten; SIZE < 0: only the
+ * attributes); 0 and *A, or -errno. */
+int core_truncate(struct core *c, uint64_t node, off_t size, struct core_attr *a);
+int core_unlink(struct core *c, uint64_t parent, const char *name);
+/* The kernel closed a file it opened through us (a spec: it is committed). */
+void core_release(struct core *c, uint64_t node);
+/* The kernel dropped NLOOKUP references to NODE. */
+void core_forget(struct core *c, uint64_t node, uint64_t nlookup);
+
+/* Called, outside any core lock and from whatever thread noticed, when a
+ * data entry changed or vanished: the kernel should drop its dentry NAME in
+ * PARENT, and what it caches of OLD (the node readers may still hold). */
+typedef void (*core_change_fn)(void *arg, uint64_t parent, const char *name, uint64_t old);
+void core_set_change_cb(struct core *c, core_change_fn fn, void *arg);
+
+/* How long a check of an entry against SOURCE stays valid: --timeout, or
+ * the CORE_TIMEOUT_* default settled by core_start(). Nothing in the kernel
+ * above the mount is told to cache an entry for longer than its check has
+ * left, so a change is seen within this bound. */
+double core_timeout(const struct core *c);
+
+/* ---- for tools, tests and the modules that plug in --------------------- */
+
+/* The data entry of path REL below SOURCE ("" is the root): 0 and *A, or
+ * -ENOENT / -ENAMETOOLONG. Only indexed names resolve: nothing outside
+ * SOURCE, no symlink followed. */
+int core_stat_path(struct core *c, const char *rel, struct core_attr *a);
+
+/* Reads the whole regular file REL (a path below SOURCE, as the index knows
+ * it) through core_read(), so the RAM cache serves and admits it, and
+ * waits for the bytes: for threads that may block (prep workers). *BUF is
+ * grown with realloc (*CAP its size). The length, or -ENOENT (no such file
+ * in the index), -EISDIR, -ESTALE (changed), -EIO, -ENOMEM. */
+ssize_t core_read_file(struct core *c, const char *rel, void **buf, size_t *cap);
+
+/* All samples (counters and gauges) shown in .epochfs/; returns how many
+ * (fs/metrics.c, the one catalogue of names). */
+int core_samples(struct core *c, struct sample *out, int max);
+/* The counters, for the modules that plug into the core (peers). */
+struct stats *core_stats(struct core *c);
+
+/* Debug hooks, for tests only (the daemon arms them when EPOCHFS_DEBUG_HOOKS=1
+ * is in its environment): the fd a signal handler writes a command byte to,
+ * or -1. Commands: 'c' flips one bit of one cached item (logged with its
+ * path), so tests can prove a corrupt item is never served. */
+int core_debug_fd(struct core *c);
+
+/* ---- the peer layer's plugs (peer.h) ------------------------------------ */
+
+/* What the peer layer plugs into the core; the core never calls the network
+ * itself. */
 struct core_peer_hooks {
 	void *ctx;
 	/* 1 if this node owns chunk CHUNK of the file REL: only owned items
@@ -66,128 +216,36 @@ struct core_peer_hooks {
 	void (*stop)(void *ctx);
 };
 
-struct core {
-	char *source;               /* absolute path of SOURCE */
-	int rootfd;
-	struct index *ix;
-	struct storage *st;
-	struct control *ctl;
-	struct watch *watch;
-	struct cache *cache;        /* NULL: no RAM cache */
-	struct maint *maint;        /* the cache's background thread; NULL: none */
-	struct prepdir *prep;       /* .prep/; NULL with --no-prep */
-	struct manifest *man;       /* --manifest, bound to the index; NULL: none */
-	struct source sources[CORE_MAX_SOURCES];    /* tried in order; storage last */
-	int nsources;
-	uint32_t chunk;
-	uint64_t cache_need;        /* arena bytes the whole dataset would take */
-	double timeout;             /* core_timeout(), settled by core_start() */
-	uint64_t man_files, man_unverified;         /* manifest records bound; files it cannot check */
-	struct stats stats;
-	struct core_opts opts;
-	struct core_peer_hooks peer;    /* owns == NULL: no peers */
-	uint64_t remote_used;           /* atomic: cache bytes admitted for remote items */
-};
-
-/* Opens and scans SOURCE (its threads are joined before it returns).
- * Returns 0 and *OUT or -errno; on failure a one-line reason naming SOURCE
- * has been logged. */
-int core_open(const struct core_opts *o, struct core **out);
-/* Starts the long-lived threads: the io_uring reader and the change watcher.
- * Separate from core_open() so a daemon can fork in between (fork keeps one
- * thread). Reads need it. Returns 0 or -errno (logged). */
-int core_start(struct core *c);
-void core_close(struct core *c);
-
 /* Puts source S in front of the others (storage stays last): misses are
  * asked of it first, and of the next source when it answers -EAGAIN. Call
  * before reads begin. 0, or -ENOSPC when CORE_MAX_SOURCES are in use. */
 int core_add_source(struct core *c, const struct source *s);
-
 /* Installs the peer layer's hooks. Call before reads begin. */
 void core_set_peer_hooks(struct core *c, const struct core_peer_hooks *h);
-/* The manifest (--manifest), or NULL. core_verifiable() gives the record of
- * file ID at size SIZE, or -1 when its bytes cannot be checked (no
- * manifest, not in it, or another size now). */
-const struct manifest *core_manifest(const struct core *c);
-int core_verifiable(const struct core *c, uint32_t id, uint64_t size);
-
-/* The counters, for the modules that plug into the core (peers). */
-struct stats *core_stats(struct core *c);
-
 /* The cache's item size (also what ownership is computed over). */
 uint32_t core_chunk(const struct core *c);
 /* Cache bytes the items this node owns would take (OWNS as in the hooks). */
 uint64_t core_owned_bytes(struct core *c, int (*owns)(void *ctx, const char *rel, uint32_t chunk),
 			  void *ctx);
 uint64_t core_cache_capacity(const struct core *c);
-
-/* Debug hooks, for tests only (the daemon arms them when EPOCHFS_DEBUG_HOOKS=1
- * is in its environment): the fd a signal handler writes a command byte to,
- * or -1. Commands: 'c' flips one bit of one cached item (logged with its
- * path), so tests can prove a corrupt item is never served. */
-int core_debug_fd(struct core *c);
-
-/* How long a check of an entry against SOURCE stays valid: --timeout, or,
- * when none was given, CORE_TIMEOUT_WATCHED where the inotify watch sees
- * every change (a local filesystem, watch running) and
- * CORE_TIMEOUT_UNWATCHED elsewhere (NFS, Lustre, FUSE, --no-watch: other
- * clients' changes raise no event). Settled by core_start(). Nothing in
- * the kernel above the mount is told to cache an entry for longer than its
- * check has left, so a change is seen within this bound. */
-#define CORE_TIMEOUT_WATCHED 3600.0
-#define CORE_TIMEOUT_UNWATCHED 1.0
-double core_timeout(const struct core *c);
-
-/* Lookup of NAME in directory PARENT (index ids), for the kernel: the entry
- * is re-checked against SOURCE when its check is older than core_timeout()
- * (so a file changed where inotify cannot see is noticed), and a changed
- * file comes back at its new generation. 0 and *A, or -ENOENT; *VALID gets
- * how long the answer (the entry, or its absence) may be cached. */
-int core_lookup(struct core *c, uint32_t parent, const char *name, struct index_attr *a,
-		double *valid);
-/* Attributes of entry ID as of generation GEN (directories: any), re-checked
- * like core_lookup(). 0 and *A; -ESTALE when the file changed since GEN or
- * vanished; -ENOENT for an id the index never had. */
-int core_getattr(struct core *c, uint32_t id, uint32_t gen, struct index_attr *a, double *valid);
-
-/* Done callback of core_read(): RES bytes in BUF, or -errno. BUF is valid
- * only during the call. */
-typedef void (*core_read_fn)(void *arg, ssize_t res, const void *buf);
-
-/* Reads up to LEN bytes at OFF of file ID as of generation GEN: from the RAM
- * cache when the item is there (or admitted now), else from storage. Clamps
- * to the file's size. The entry is re-checked first when its check is older
- * than core_timeout(), so a cached item is never served past that bound
- * after its file changed. -ESTALE when GEN is not the current generation or
- * the file changed during the read; then the index is refreshed (after DONE
- * ran). DONE is called exactly once, on this thread or the storage
- * completion thread. */
-void core_read(struct core *c, uint32_t id, uint32_t gen, off_t off, size_t len,
-	       core_read_fn done, void *arg);
-
-/* Reads the whole regular file REL (a path below SOURCE, as the index knows
- * it) through core_read(), so the RAM cache serves and admits it, and
- * waits for the bytes: for threads that may block (prep workers). *BUF is
- * grown with realloc (*CAP its size). The length, or -ENOENT (no such file
- * in the index), -EISDIR, -ESTALE (changed), -EIO, -ENOMEM. */
-ssize_t core_read_file(struct core *c, const char *rel, void **buf, size_t *cap);
+/* True once the cache refused an admission for lack of budget (it never
+ * evicts, so this holds until the remount), or when there is no cache. */
+int core_cache_full(const struct core *c);
+/* The manifest (--manifest), or NULL. core_verifiable() gives the record of
+ * file ID at size SIZE, or -1 when its bytes cannot be checked (no
+ * manifest, not in it, or another size now). */
+const struct manifest *core_manifest(const struct core *c);
+int core_verifiable(const struct core *c, uint32_t id, uint64_t size);
 
 /* Serves a peer's read of the file REL (checked: a normalized relative
  * path) at the version it expects (SIZE, MTIME_NS): LEN bytes at OFF, inside
  * one cache item, from the RAM cache or by loading the item if it may be
  * admitted (hooks.owns). DONE gets the bytes, or -ENOENT (no such regular
  * file), -ESTALE (another version here), -EINVAL (spans items), -ENOSPC
- * (not cached here and not admitted: the asker tries elsewhere), -errno.
- * Counted neither as a read nor as hit or miss bytes (the peer layer
- * counts it). */
+ * (not cached here and not admitted: the asker tries elsewhere), -EBADMSG
+ * (our storage bytes fail the manifest), -errno. Counted neither as a read
+ * nor as hit or miss bytes (the peer layer counts it). */
 void core_read_peer(struct core *c, const char *rel, uint64_t size, int64_t mtime_ns, off_t off,
 		    size_t len, core_read_fn done, void *arg);
-/* True once the cache refused an admission for lack of budget (it never
- * evicts, so this holds until the remount), or when there is no cache. */
-int core_cache_full(const struct core *c);
-
-/* All samples (counters and gauges) shown in .epochfs/; returns how many. */
-int core_samples(struct core *c, struct sample *out, int max);
 
 #endif

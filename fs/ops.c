@@ -1,22 +1,25 @@
 /* ops.c - the FUSE operation table over struct core; see ops.h.
  *
+ * A thin adapter: each handler turns a kernel request into one core call
+ * (core.h, by node number; the core keeps the dataset, .epochfs/ and .prep/
+ * apart) and the result into exactly one reply. Nothing here knows the
+ * index, SOURCE's files or the namespaces' node layouts.
+ *
  * DESIGN (figures in docs/design.md):
  * - open() answers ENOSYS once (FUSE_CAP_NO_OPEN_SUPPORT): the kernel then
  *   opens files itself with keep_cache and sends neither OPEN nor RELEASE,
  *   and flush is unimplemented so FLUSH stops too. A warm file costs the
  *   daemon nothing at all. --open restores per-open round trips.
  * - opendir likewise (FUSE_CAP_NO_OPENDIR_SUPPORT): listings are cached.
- * - Long entry/attr timeouts and negative entries; changes under the mount
- *   arrive through the index's change callback, which invalidates the
- *   kernel's dentry so the next lookup sees the new generation.
- * - Reads are asynchronous: the handler queues the read in the core and
- *   returns; the reply is sent from the storage completion thread.
- * - Every write-type operation answers EROFS, except the spec files of
- *   .prep/ (fs/prepdir.h). So the mount is "ro" only with --no-prep; without
+ * - Entry and attribute timeouts are what the core says is left of each
+ *   entry's check against SOURCE (core_attr.valid); changes arrive through
+ *   the core's change callback and are told to the kernel by the notifier.
+ * - Reads are asynchronous: the handler hands the read to the core and
+ *   returns; the reply is sent from whichever thread completes it.
+ * - Every write-type operation is the core's to refuse (EROFS) or take
+ *   (.prep/ spec files). So the mount is "ro" only with --no-prep; without
  *   it, an open for writing succeeds (the kernel opens files itself in no-open
  *   mode) and the first write or truncate fails.
- * - .epochfs/ and .prep/ nodes carry CONTROL_NODE_BIT; prep nodes also carry
- *   PREPDIR_NODE_BIT, so every handler asks prepdir_is_node() first.
  */
 #define FUSE_USE_VERSION 312
 #include <errno.h>
@@ -28,16 +31,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "log.h"
 #include "ops.h"
-#include "path.h"
 
 /* A change the kernel must hear of (struct notifier). */
 struct change {
-	uint32_t id, parent, old_gen;
+	uint64_t parent, old;
+	char name[256];
 };
 
 /* Changes are told to the kernel by a thread of their own, never by the
@@ -64,97 +66,42 @@ struct ops_session {
 	struct notifier nt;
 };
 
-#define GEN_MASK 0x7fffffffu
-
-static inline fuse_ino_t node_of(uint32_t id, uint32_t gen)
-{
-	return ((uint64_t)(gen & GEN_MASK) << 32) | id;
-}
-static inline uint32_t node_id(fuse_ino_t n)
-{
-	return (uint32_t)n;
-}
-static inline uint32_t node_gen(fuse_ino_t n)
-{
-	return (uint32_t)(n >> 32) & GEN_MASK;
-}
-
 static struct ops_session *S(fuse_req_t req)
 {
 	return fuse_req_userdata(req);
 }
 
-/* SOURCE's attributes as they are: st_ino is the backing file's inode
- * number (hard links share one, with SOURCE's link count), st_blocks the
- * backing file's (a sparse file stays sparse). */
-static void fill_stat(struct stat *st, const struct index_attr *a)
+static struct core *C(fuse_req_t req)
+{
+	return S(req)->c;
+}
+
+static void to_stat(const struct core_attr *a, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
-	st->st_ino = a->v.ino;
+	st->st_ino = a->ino;
 	st->st_mode = a->mode;
 	st->st_nlink = a->nlink;
 	st->st_uid = a->uid;
 	st->st_gid = a->gid;
-	st->st_size = (off_t)a->v.size;
-	st->st_blksize = 128 * 1024;
+	st->st_size = (off_t)a->size;
+	st->st_blksize = a->blksize;
 	st->st_blocks = (blkcnt_t)a->blocks;
-	st->st_mtim.tv_sec = a->v.mtime_ns / 1000000000;
-	st->st_mtim.tv_nsec = a->v.mtime_ns % 1000000000;
-	st->st_ctim.tv_sec = a->v.ctime_ns / 1000000000;
-	st->st_ctim.tv_nsec = a->v.ctime_ns % 1000000000;
+	st->st_mtim.tv_sec = a->mtime_ns / 1000000000;
+	st->st_mtim.tv_nsec = a->mtime_ns % 1000000000;
+	st->st_ctim.tv_sec = a->ctime_ns / 1000000000;
+	st->st_ctim.tv_nsec = a->ctime_ns % 1000000000;
 	st->st_atim = st->st_mtim;
 }
 
-static void fill_control_stat(struct stat *st, const struct control_attr *a)
-{
-	memset(st, 0, sizeof(*st));
-	st->st_ino = a->node & ~CONTROL_NODE_BIT;
-	st->st_mode = a->is_dir ? S_IFDIR | 0555 : S_IFREG | 0444;
-	st->st_nlink = a->is_dir ? 2 : 1;
-	st->st_size = (off_t)a->size;
-	st->st_blksize = 4096;
-	st->st_uid = getuid();
-	st->st_gid = getgid();
-}
-
-static void fill_prep_stat(struct stat *st, const struct prepdir_attr *a)
-{
-	memset(st, 0, sizeof(*st));
-	st->st_ino = a->node & 0xffffffffffffull;
-	st->st_mode = a->is_dir ? S_IFDIR | 0755 : S_IFREG | (a->writable ? 0644 : 0444);
-	st->st_nlink = a->is_dir ? 2 : 1;
-	st->st_size = (off_t)a->size;
-	st->st_blksize = 128 * 1024;
-	st->st_blocks = (blkcnt_t)((a->size + 511) / 512);
-	st->st_uid = getuid();
-	st->st_gid = getgid();
-}
-
-/* Replies to a lookup (or create) of a .prep/ node: timeouts 0, since groups
- * come and go and every batch lookup is a new consumer (prepdir.h). */
-static void prep_entry(const struct prepdir_attr *a, struct fuse_entry_param *e)
+static void to_entry(const struct core_attr *a, struct fuse_entry_param *e)
 {
 	memset(e, 0, sizeof(*e));
 	e->ino = a->node;
-	fill_prep_stat(&e->attr, a);
-}
-
-/* Fills E for index entry A, cacheable for VALID seconds: what is left of
- * the entry's check against SOURCE (core_timeout). */
-static void entry_of(const struct index_attr *a, double valid, struct fuse_entry_param *e)
-{
-	memset(e, 0, sizeof(*e));
-	e->ino = node_of(a->id, a->gen);
-	e->generation = a->gen;
-	fill_stat(&e->attr, a);
-	e->attr_timeout = valid;
-	e->entry_timeout = valid;
-}
-
-/* Resolves node N to an index entry that still exists in its generation. */
-static int node_attr(struct ops_session *s, fuse_ino_t n, struct index_attr *a, double *valid)
-{
-	return core_getattr(s->c, node_id(n), node_gen(n), a, valid);
+	e->generation = a->generation;
+	to_stat(a, &e->attr);
+	e->attr_timeout = a->valid;
+	e->entry_timeout = a->valid;
 }
 
 /* ---- metadata ---- */
@@ -180,176 +127,75 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	struct ops_session *s = S(req);
 	struct fuse_entry_param e;
-	struct index_attr a;
-	double valid;
+	struct core_attr a;
+	int err = core_lookup(C(req), parent, name, &a);
 
-	if (prepdir_is_node(parent)) {
-		struct prepdir_attr pa;
-		int err = prepdir_lookup(s->c->prep, parent, name, &pa);
-		if (err) {
-			fuse_reply_err(req, -err);
-			return;
-		}
-		prep_entry(&pa, &e);
-		fuse_reply_entry(req, &e);
-		return;
-	}
-	if (parent == FUSE_ROOT_ID && s->c->prep && !strcmp(name, PREPDIR_NAME)) {
-		struct prepdir_attr pa = { .node = PREPDIR_DIR_NODE, .is_dir = 1, .writable = 1 };
-		prep_entry(&pa, &e);
-		e.attr_timeout = e.entry_timeout = core_timeout(s->c);
-		fuse_reply_entry(req, &e);
-		return;
-	}
-	if (control_is_node(parent)) {
-		struct control_attr ca;
-		int err = control_lookup(s->c->ctl, parent, name, &ca);
-		if (err) {
-			fuse_reply_err(req, -err);
-			return;
-		}
+	/* Valid replies: entry, a negative entry (ino 0, cached while
+	 * a.valid holds), or err. */
+	if (err == -ENOENT) {
 		memset(&e, 0, sizeof(e));
-		e.ino = ca.node;
-		fill_control_stat(&e.attr, &ca);
-		/* Timeouts 0: each open gets a fresh snapshot (control.h). */
+		e.entry_timeout = a.valid;
 		fuse_reply_entry(req, &e);
-		return;
-	}
-	if (parent == FUSE_ROOT_ID && !strcmp(name, CONTROL_DIR_NAME)) {
-		struct control_attr ca = { .node = CONTROL_DIR_NODE, .is_dir = 1 };
-		memset(&e, 0, sizeof(e));
-		e.ino = CONTROL_DIR_NODE;
-		fill_control_stat(&e.attr, &ca);
-		e.attr_timeout = e.entry_timeout = core_timeout(s->c);
+	} else if (err) {
+		fuse_reply_err(req, -err);
+	} else {
+		to_entry(&a, &e);
 		fuse_reply_entry(req, &e);
-		return;
 	}
-	if (core_lookup(s->c, node_id(parent), name, &a, &valid) < 0) {
-		/* Negative entry, cached by the kernel while it holds. */
-		memset(&e, 0, sizeof(e));
-		e.entry_timeout = valid;
-		fuse_reply_entry(req, &e);
-		return;
-	}
-	entry_of(&a, valid, &e);
-	fuse_reply_entry(req, &e);
-}
-
-static void forget_one(struct ops_session *s, fuse_ino_t ino, uint64_t nlookup)
-{
-	if (prepdir_is_node(ino))
-		prepdir_forget(s->c->prep, ino, nlookup);
-	else if (control_is_node(ino))
-		control_forget(s->c->ctl, ino, nlookup);
 }
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
-	/* Index entries live as long as the mount; snapshots and batch readers
-	 * are freed. */
-	forget_one(S(req), ino, nlookup);
+	core_forget(C(req), ino, nlookup);
 	fuse_reply_none(req);
 }
 
 static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *list)
 {
 	for (size_t i = 0; i < count; i++)
-		forget_one(S(req), list[i].ino, list[i].nlookup);
+		core_forget(C(req), list[i].ino, list[i].nlookup);
 	fuse_reply_none(req);
 }
 
 static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct ops_session *s = S(req);
-	struct index_attr a;
+	struct core_attr a;
 	struct stat st;
-	double valid;
-	int err;
+	int err = core_getattr(C(req), ino, &a);
 
 	(void)fi;
-	if (prepdir_is_node(ino)) {
-		struct prepdir_attr pa;
-		err = prepdir_getattr(s->c->prep, ino, &pa);
-		if (err) {
-			fuse_reply_err(req, -err);
-			return;
-		}
-		fill_prep_stat(&st, &pa);
-		fuse_reply_attr(req, &st, 0);
-		return;
-	}
-	if (control_is_node(ino)) {
-		struct control_attr ca;
-		err = control_getattr(s->c->ctl, ino, &ca);
-		if (err) {
-			fuse_reply_err(req, -err);
-			return;
-		}
-		fill_control_stat(&st, &ca);
-		fuse_reply_attr(req, &st, ca.is_dir ? core_timeout(s->c) : 0);
-		return;
-	}
 	/* Valid replies: attr, or err (ESTALE: the file changed since this
 	 * node was looked up; a path-based stat then looks it up again). */
-	err = node_attr(s, ino, &a, &valid);
 	if (err) {
 		fuse_reply_err(req, -err);
 		return;
 	}
-	fill_stat(&st, &a);
-	fuse_reply_attr(req, &st, valid);
+	to_stat(&a, &st);
+	fuse_reply_attr(req, &st, a.valid);
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 {
-	struct ops_session *s = S(req);
-	struct index_attr a;
-	char path[4096], target[4096];
-	double valid;
-	ssize_t n;
-	int err, pfd;
+	char target[4096];
+	ssize_t n = core_readlink(C(req), ino, target, sizeof(target));
 
-	err = control_is_node(ino) ? -EINVAL : node_attr(s, ino, &a, &valid);
-	if (!err && !S_ISLNK(a.mode))
-		err = -EINVAL;
-	if (!err)
-		err = index_path(s->c->ix, a.parent, path, sizeof(path));
-	if (err < 0) {
-		fuse_reply_err(req, -err);
-		return;
-	}
-	/* The link is read, never followed: its text goes to the reader's
-	 * kernel, which resolves it in the reader's namespace. */
-	pfd = path_open_beneath(s->c->rootfd, path, O_PATH | O_DIRECTORY);
-	if (pfd < 0) {
-		fuse_reply_err(req, pfd == -ENOENT ? ESTALE : -pfd);
-		return;
-	}
-	n = readlinkat(pfd, index_name(s->c->ix, a.id), target, sizeof(target) - 1);
-	err = n < 0 ? errno : 0;
-	close(pfd);
-	if (err) {
-		fuse_reply_err(req, err);
-		return;
-	}
-	target[n] = '\0';
-	fuse_reply_readlink(req, target);
+	if (n < 0)
+		fuse_reply_err(req, (int)-n);
+	else
+		fuse_reply_readlink(req, target);
 }
 
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 {
 	struct statvfs sv;
+	int err = core_statfs(C(req), &sv);
 
 	(void)ino;
-	if (fstatvfs(S(req)->c->rootfd, &sv) < 0) {
-		fuse_reply_err(req, errno);
-		return;
-	}
-	if (S(req)->cfg.read_only)
-		sv.f_flag |= ST_RDONLY;
-	fuse_reply_statfs(req, &sv);
+	if (err)
+		fuse_reply_err(req, -err);
+	else
+		fuse_reply_statfs(req, &sv);
 }
 
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
@@ -369,60 +215,33 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 
 static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 {
-	struct prepdir_attr pa;
-
-	if ((mask & W_OK) && prepdir_is_node(ino) &&
-	    prepdir_getattr(S(req)->c->prep, ino, &pa) == 0 && pa.writable) {
-		fuse_reply_err(req, 0);     /* .prep/ itself and its spec files */
-		return;
-	}
-	fuse_reply_err(req, (mask & W_OK) ? EROFS : 0);
+	fuse_reply_err(req, -core_access(C(req), ino, mask));
 }
 
 /* ---- files ---- */
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct ops_session *s = S(req);
-	struct index_attr a;
-	double valid;
+	struct core_attr a;
 	int err;
 
-	if (!s->cfg.handle_open) {
+	if (!S(req)->cfg.handle_open) {
 		/* Valid replies: ENOSYS here makes the kernel stop sending OPEN
 		 * (and RELEASE) for good; it keeps the page cache by default. */
 		fuse_reply_err(req, ENOSYS);
 		return;
 	}
-	if (prepdir_is_node(ino)) {
-		struct prepdir_attr pa;
-		err = prepdir_getattr(s->c->prep, ino, &pa);
-		if (!err && (fi->flags & O_ACCMODE) != O_RDONLY && !pa.writable)
-			err = -EROFS;
-		if (err) {
-			fuse_reply_err(req, -err);
-			return;
-		}
-		fi->direct_io = 1;
-		fuse_reply_open(req, fi);
-		return;
-	}
-	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
-		fuse_reply_err(req, EROFS);
-		return;
-	}
-	if (control_is_node(ino)) {
-		fi->direct_io = 1;
-		fuse_reply_open(req, fi);
-		return;
-	}
-	err = node_attr(s, ino, &a, &valid);
+	err = core_open_check(C(req), ino, fi->flags, &a);
 	if (err) {
 		fuse_reply_err(req, -err);
 		return;
 	}
-	fi->keep_cache = 1;
-	fi->noflush = 1;
+	if (a.flags & CORE_F_DIRECT_IO) {
+		fi->direct_io = 1;
+	} else {
+		fi->keep_cache = 1;
+		fi->noflush = 1;
+	}
 	fuse_reply_open(req, fi);
 }
 
@@ -439,28 +258,10 @@ static void read_done(void *arg, ssize_t res, const void *buf)
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
-	struct ops_session *s = S(req);
-
 	(void)fi;
-	if (prepdir_is_node(ino)) {
-		/* Valid replies: buf or err, from read_done(), maybe later on a
-		 * prep worker once the batch is made. */
-		prepdir_read(s->c->prep, ino, size, off, read_done, req);
-		return;
-	}
-	if (control_is_node(ino)) {
-		char *buf = malloc(size ? size : 1);
-		ssize_t n = buf ? control_read(s->c->ctl, ino, buf, size, off) : -ENOMEM;
-		if (n < 0)
-			fuse_reply_err(req, (int)-n);
-		else
-			fuse_reply_buf(req, buf, (size_t)n);
-		free(buf);
-		return;
-	}
-	/* Valid replies: fuse_reply_buf or fuse_reply_err, from read_done(),
-	 * maybe on the storage completion thread. */
-	core_read(s->c, node_id(ino), node_gen(ino), off, size, read_done, req);
+	/* Valid replies: buf or err, from read_done(), maybe later on another
+	 * thread (storage completion, a peer, a prep worker). */
+	core_read(C(req), ino, off, size, read_done, req);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -468,8 +269,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	(void)fi;
 	/* Files the kernel opened through us: --open mode, and .prep/ specs
 	 * made with create(). A spec written and closed is committed. */
-	if (prepdir_is_node(ino))
-		prepdir_release(S(req)->c->prep, ino);
+	core_release(C(req), ino);
 	fuse_reply_err(req, 0);
 }
 
@@ -493,122 +293,35 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 	fuse_reply_err(req, 0);
 }
 
-/* Adds one entry to a readdir(plus) reply at BUF+*USED; 0, or -1 when the
- * buffer is full (the entry is not added). */
-static int add_entry(fuse_req_t req, char *buf, size_t size, size_t *used, const char *name,
-		     const struct fuse_entry_param *e, off_t next, int plus)
-{
-	size_t n = plus ? fuse_add_direntry_plus(req, buf + *used, size - *used, name, e, next)
-			: fuse_add_direntry(req, buf + *used, size - *used, name, &e->attr, next);
-
-	if (n > size - *used)
-		return -1;
-	*used += n;
-	return 0;
-}
-
-/* .prep/ and its group and epoch directories: names only (e.ino 0, so a
- * listing opens no batch reader). Offsets as below. */
-static void prep_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, int plus)
-{
-	struct ops_session *s = S(req);
-	struct prepdir_attr pa;
-	char *buf, name[300];
-	size_t used = 0;
-	int err = prepdir_getattr(s->c->prep, ino, &pa);
-
-	if (!err && !pa.is_dir)
-		err = -ENOTDIR;
-	if (err || !(buf = malloc(size))) {
-		fuse_reply_err(req, err ? -err : ENOMEM);
-		return;
-	}
-	for (off_t pos = off;; pos++) {
-		struct fuse_entry_param e;
-		const char *nm;
-		int is_dir = 1;
-
-		memset(&e, 0, sizeof(e));
-		if (pos < 2)
-			nm = pos == 0 ? "." : "..";
-		else if (!(nm = prepdir_dirent(s->c->prep, ino, (uint64_t)(pos - 2), &is_dir, name, sizeof(name))))
-			break;
-		e.attr.st_mode = is_dir ? S_IFDIR | 0755 : S_IFREG | 0444;
-		e.attr.st_ino = (fuse_ino_t)(pos + 1);
-		if (add_entry(req, buf, size, &used, nm, &e, pos + 1, plus))
-			break;
-	}
-	fuse_reply_buf(req, buf, used);
-	free(buf);
-}
-
-/* Offsets: 1 is ".", 2 is "..", child at position P is P + 3. */
+/* Offsets: an entry at core position P has offset P + 1 (the next one to
+ * ask for). With PLUS, entries whose attr.node is 0 (control and .prep/
+ * files) make no inode in the kernel: a listing opens nothing. */
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, int plus)
 {
-	struct ops_session *s = S(req);
-	struct index *ix = s->c->ix;
-	struct index_attr dir;
-	double valid;
-	char *buf;
+	struct core_dirent d;
 	size_t used = 0;
-	int err = 0;
+	char *buf = malloc(size);
+	int r = 0;
 
-	if (prepdir_is_node(ino)) {
-		prep_readdir(req, ino, size, off, plus);
-		return;
-	}
-	if (control_is_node(ino)) {
-		if (ino != CONTROL_DIR_NODE) {
-			fuse_reply_err(req, ENOTDIR);
-			return;
-		}
-		dir.nchildren = CONTROL__FILES;
-	} else {
-		err = node_attr(s, ino, &dir, &valid);
-		if (!err && !S_ISDIR(dir.mode))
-			err = -ENOTDIR;
-		if (err) {
-			fuse_reply_err(req, -err);
-			return;
-		}
-	}
-	buf = malloc(size);
 	if (!buf) {
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	for (off_t pos = off; pos < (off_t)dir.nchildren + 2; pos++) {
+	for (uint64_t pos = (uint64_t)off; (r = core_readdir(C(req), ino, &pos, &d)) > 0; pos++) {
 		struct fuse_entry_param e;
-		const char *name;
+		size_t n;
 
-		memset(&e, 0, sizeof(e));
-		if (pos < 2) {
-			name = pos == 0 ? "." : "..";
-			e.attr.st_mode = S_IFDIR;
-			e.attr.st_ino = pos == 0 ? (ino & 0xffffffffu) : 1;
-		} else if (control_is_node(ino)) {
-			name = control_dirent(s->c->ctl, ino, (unsigned)(pos - 2));
-			e.attr.st_mode = S_IFREG | 0444;
-			e.attr.st_ino = (fuse_ino_t)(pos + 1);
-			/* e.ino stays 0: the kernel makes no inode, so no
-			 * snapshot is rendered for a mere listing. */
-		} else {
-			uint32_t id = index_child(ix, dir.id, (uint32_t)(pos - 2));
-			struct index_attr a;
-			if (!id || index_get(ix, id, &a) < 0 || a.gone)
-				continue;
-			name = index_name(ix, id);
-			/* No stat here: an entry whose check is due goes out with
-			 * timeouts 0, and the kernel's next use looks it up. */
-			if (plus)
-				entry_of(&a, index_valid_for(ix, id), &e);
-			else
-				fill_stat(&e.attr, &a);
-		}
-		if (add_entry(req, buf, size, &used, name, &e, pos + 1, plus))
-			break;
+		to_entry(&d.attr, &e);
+		n = plus ? fuse_add_direntry_plus(req, buf + used, size - used, d.name, &e, (off_t)pos + 1)
+			 : fuse_add_direntry(req, buf + used, size - used, d.name, &e.attr, (off_t)pos + 1);
+		if (n > size - used)
+			break;          /* full: the kernel asks again from this entry */
+		used += n;
 	}
-	fuse_reply_buf(req, buf, used);
+	if (r < 0 && !used)
+		fuse_reply_err(req, -r);
+	else
+		fuse_reply_buf(req, buf, used);
 	free(buf);
 }
 
@@ -636,33 +349,24 @@ static void erofs(fuse_req_t req)
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		       struct fuse_file_info *fi)
 {
-	struct ops_session *s = S(req);
-	struct prepdir_attr pa;
+	struct core_attr a;
 	struct stat st;
 	int err;
 
 	(void)fi;
-	if (!prepdir_is_node(ino)) {
-		erofs(req);
-		return;
-	}
 	/* A spec opened with O_TRUNC: truncate what was written; the times a
-	 * shell sets alongside are accepted and ignored. */
+	 * shell sets alongside are accepted and ignored. Nothing else. */
 	if (to_set & ~(FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_CTIME |
 		       FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW)) {
 		erofs(req);
 		return;
 	}
-	err = (to_set & FUSE_SET_ATTR_SIZE) ? prepdir_truncate(s->c->prep, ino, attr->st_size) : 0;
-	if (!err)
-		err = prepdir_getattr(s->c->prep, ino, &pa);
-	if (!err && !pa.writable)
-		err = -EROFS;
+	err = core_truncate(C(req), ino, (to_set & FUSE_SET_ATTR_SIZE) ? attr->st_size : -1, &a);
 	if (err) {
 		fuse_reply_err(req, -err);
 		return;
 	}
-	fill_prep_stat(&st, &pa);
+	to_stat(&a, &st);
 	fuse_reply_attr(req, &st, 0);
 }
 
@@ -680,10 +384,7 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t p, const char *n, mode_t m)
 
 static void op_unlink(fuse_req_t req, fuse_ino_t p, const char *n)
 {
-	if (prepdir_is_node(p))
-		fuse_reply_err(req, -prepdir_unlink(S(req)->c->prep, p, n));
-	else
-		erofs(req);
+	fuse_reply_err(req, -core_unlink(C(req), p, n));
 }
 
 static void op_rmdir(fuse_req_t req, fuse_ino_t p, const char *n)
@@ -714,15 +415,10 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t np, const char *n
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *b, size_t sz, off_t off,
 		     struct fuse_file_info *fi)
 {
-	ssize_t n;
+	ssize_t n = core_write(C(req), ino, b, sz, off);
 
 	(void)fi;
-	if (!prepdir_is_node(ino)) {
-		erofs(req);
-		return;
-	}
 	/* Valid replies: write, or err (EINVAL: a refused spec, see NAME.error). */
-	n = prepdir_write(S(req)->c->prep, ino, b, sz, off);
 	if (n < 0)
 		fuse_reply_err(req, (int)-n);
 	else
@@ -733,20 +429,15 @@ static void op_create(fuse_req_t req, fuse_ino_t p, const char *n, mode_t m,
 		      struct fuse_file_info *fi)
 {
 	struct fuse_entry_param e;
-	struct prepdir_attr pa;
-	int err;
+	struct core_attr a;
+	int err = core_create(C(req), p, n, &a);
 
 	(void)m;
-	if (!prepdir_is_node(p)) {
-		erofs(req);
-		return;
-	}
-	err = prepdir_create(S(req)->c->prep, p, n, &pa);
 	if (err) {
 		fuse_reply_err(req, -err);
 		return;
 	}
-	prep_entry(&pa, &e);
+	to_entry(&a, &e);
 	fi->direct_io = 1;          /* spec text goes straight to the daemon */
 	fuse_reply_create(req, &e, fi);
 }
@@ -815,10 +506,8 @@ static const struct fuse_lowlevel_ops ops = {
  * Notifier thread. */
 static void tell_kernel(struct ops_session *s, const struct change *ch)
 {
-	const char *name = index_name(s->c->ix, ch->id);
-
-	fuse_lowlevel_notify_inval_entry(s->se, node_of(ch->parent, 0), name, strlen(name));
-	fuse_lowlevel_notify_inval_inode(s->se, node_of(ch->id, ch->old_gen), 0, 0);
+	fuse_lowlevel_notify_inval_entry(s->se, ch->parent, ch->name, strlen(ch->name));
+	fuse_lowlevel_notify_inval_inode(s->se, ch->old, 0, 0);
 }
 
 static void *notifier_main(void *arg)
@@ -843,13 +532,11 @@ static void *notifier_main(void *arg)
 	return NULL;
 }
 
-static void on_change(void *arg, uint32_t id, uint32_t parent, const char *name, uint32_t old_gen)
+static void on_change(void *arg, uint64_t parent, const char *name, uint64_t old)
 {
 	struct ops_session *s = arg;
 	struct notifier *n = &s->nt;
 
-	(void)name;
-	stats_add(&s->c->stats, STAT_CHANGES, 1);
 	pthread_mutex_lock(&n->lock);
 	if (n->len == n->cap) {
 		size_t cap = n->cap ? n->cap * 2 : 64;
@@ -867,7 +554,10 @@ static void on_change(void *arg, uint32_t id, uint32_t parent, const char *name,
 		n->head = 0;
 		n->cap = cap;
 	}
-	n->q[(n->head + n->len) % n->cap] = (struct change){ .id = id, .parent = parent, .old_gen = old_gen };
+	struct change *ch = &n->q[(n->head + n->len) % n->cap];
+	ch->parent = parent;
+	ch->old = old;
+	snprintf(ch->name, sizeof(ch->name), "%s", name);
 	n->len++;
 	pthread_cond_signal(&n->cond);
 	pthread_mutex_unlock(&n->lock);
@@ -927,13 +617,13 @@ int ops_session_new(const struct ops_config *cfg, struct ops_session **out)
 	if (fuse_opt_add_arg(&args, "epochfs") || fuse_opt_add_arg(&args, "-o") ||
 	    fuse_opt_add_arg(&args, opts) || (cfg->debug && fuse_opt_add_arg(&args, "-d"))) {
 		fuse_opt_free_args(&args);
-		free(s);
+		ops_session_free(s);
 		return -ENOMEM;
 	}
 	s->se = fuse_session_new(&args, &ops, sizeof(ops), s);
 	fuse_opt_free_args(&args);
 	if (!s->se) {
-		free(s);
+		ops_session_free(s);
 		return -EINVAL;
 	}
 	if (cfg->log_file) {
@@ -941,8 +631,7 @@ int ops_session_new(const struct ops_config *cfg, struct ops_session **out)
 		if (s->log_fd < 0) {
 			int err = -errno;
 			log_error("%s: cannot open log file: %s", cfg->log_file, strerror(-err));
-			fuse_session_destroy(s->se);
-			free(s);
+			ops_session_free(s);
 			return err;
 		}
 	}
@@ -969,7 +658,7 @@ int ops_session_run(struct ops_session *s, struct core *c)
 	}
 	/* Threads only now: fuse_daemonize() forks. */
 	lc = fuse_loop_cfg_create();
-	index_set_change_cb(c->ix, on_change, s);
+	core_set_change_cb(c, on_change, s);
 	if (notifier_start(s) < 0 || core_start(c) < 0) {
 		ret = -EIO;
 	} else if (!lc) {
@@ -988,7 +677,7 @@ int ops_session_run(struct ops_session *s, struct core *c)
 	}
 	if (lc)
 		fuse_loop_cfg_destroy(lc);
-	index_set_change_cb(c->ix, NULL, NULL);
+	core_set_change_cb(c, NULL, NULL);
 	notifier_stop(s);
 	fuse_session_unmount(s->se);
 	fuse_remove_signal_handlers(s->se);
@@ -999,7 +688,8 @@ void ops_session_free(struct ops_session *s)
 {
 	if (!s)
 		return;
-	fuse_session_destroy(s->se);
+	if (s->se)
+		fuse_session_destroy(s->se);
 	if (s->log_fd >= 0)
 		close(s->log_fd);
 	pthread_mutex_destroy(&s->nt.lock);

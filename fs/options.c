@@ -116,8 +116,8 @@ void options_usage(void *fp, const char *prog)
 		"  -h, --help           print this help\n"
 		"  -V, --version        print the version\n",
 		prog, OPTIONS_DEFAULT_THREADS, CORE_TIMEOUT_WATCHED, CORE_TIMEOUT_UNWATCHED,
-		OPTIONS_DEFAULT_CACHE_PERCENT,
-		OPTIONS_DEFAULT_PREP_MEM_PERCENT, OPTIONS_DEFAULT_PREP_TIMEOUT);
+		CORE_DEFAULT_CACHE_PERCENT,
+		CORE_DEFAULT_PREP_MEM_PERCENT, OPTIONS_DEFAULT_PREP_TIMEOUT);
 }
 
 int options_parse_uint(const char *s, unsigned min, unsigned max, unsigned *out)
@@ -186,12 +186,6 @@ static int parse_seconds(const char *s, double *out)
 	return 0;
 }
 
-uint64_t options_ram_bytes(void)
-{
-	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-
-	return pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
-}
 
 #define FAIL(...) do { snprintf(err, errlen, __VA_ARGS__); return -EINVAL; } while (0)
 
@@ -203,7 +197,7 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 	o->timeout = OPTIONS_DEFAULT_TIMEOUT;
 	o->threads = OPTIONS_DEFAULT_THREADS;
 	o->watch = 1;
-	o->cache_chunk = OPTIONS_DEFAULT_CACHE_CHUNK;
+	o->cache_chunk = CORE_DEFAULT_CACHE_CHUNK;
 	o->scrub_rate = OPTIONS_DEFAULT_SCRUB_RATE;
 	o->prefault_window = OPTIONS_DEFAULT_PREFAULT;
 	o->prep = 1;
@@ -261,11 +255,11 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 			o->log_file = optarg;
 			break;
 		case OPT_CACHE_SIZE:
-			if (options_parse_size(optarg, options_ram_bytes(), &o->cache_size))
+			if (options_parse_size(optarg, core_ram_bytes(), &o->cache_size))
 				FAIL("--cache-size %s: expected bytes with K/M/G/T, or N%% of RAM", optarg);
-			if (options_ram_bytes() && o->cache_size > options_ram_bytes())
+			if (core_ram_bytes() && o->cache_size > core_ram_bytes())
 				FAIL("--cache-size %s: more than this machine's RAM (%.1f GiB); the cache "
-				     "lives in RAM", optarg, options_ram_bytes() / 1073741824.0);
+				     "lives in RAM", optarg, core_ram_bytes() / 1073741824.0);
 			o->cache_size_set = 1;
 			break;
 		case OPT_CACHE_CHUNK:
@@ -288,7 +282,7 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 			o->prep = 0;
 			break;
 		case OPT_PREP_MEM:
-			if (options_parse_size(optarg, options_ram_bytes(), &o->prep_mem) || !o->prep_mem)
+			if (options_parse_size(optarg, core_ram_bytes(), &o->prep_mem) || !o->prep_mem)
 				FAIL("--prep-mem %s: expected bytes with K/M/G/T, or N%% of RAM", optarg);
 			break;
 		case OPT_PREP_THREADS:

@@ -49,11 +49,8 @@ struct options {
 
 #define OPTIONS_DEFAULT_TIMEOUT (-1.0)    /* CORE_TIMEOUT_WATCHED or _UNWATCHED */
 #define OPTIONS_DEFAULT_THREADS 8u
-#define OPTIONS_DEFAULT_CACHE_PERCENT 25u
-#define OPTIONS_DEFAULT_CACHE_CHUNK (256u << 10)   /* docs/design.md: chunk size */
 #define OPTIONS_DEFAULT_SCRUB_RATE (32ull << 20)
 #define OPTIONS_DEFAULT_PREFAULT UINT64_MAX   /* the whole budget the data can fill */
-#define OPTIONS_DEFAULT_PREP_MEM_PERCENT 10u
 #define OPTIONS_DEFAULT_PREP_TIMEOUT 120u
 #define OPTIONS_DEFAULT_PEER_TIMEOUT 2.0
 #define OPTIONS_DEFAULT_PEER_PORT "7070"
@@ -71,8 +68,6 @@ void options_usage(void *f, const char *prog);
  * is 0, for sizes that are not shares of RAM). 0 or -EINVAL. */
 int options_parse_size(const char *s, uint64_t ram_bytes, uint64_t *out);
 
-/* Bytes of physical memory (0 if unknown); the base of "N%" sizes. */
-uint64_t options_ram_bytes(void);
 
 /* Parses a decimal count in [MIN, MAX]; 0 or -EINVAL. */
 int options_parse_uint(const char *s, unsigned min, unsigned max, unsigned *out);

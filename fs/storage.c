@@ -30,6 +30,7 @@
 #include "log.h"
 #include "path.h"
 #include "storage.h"
+#include "syncwait.h"
 
 struct sreq {
 	int fd;
@@ -200,15 +201,15 @@ void storage_free(struct storage *st)
 
 static void *inline_buf(size_t len);
 
-int storage_read(struct storage *st, const char *rel, const struct index_version *expect,
-		 off_t off, size_t len, void *buf, storage_done_fn done, void *arg)
+void storage_read(struct storage *st, const char *rel, const struct index_version *expect,
+		  off_t off, size_t len, void *buf, storage_done_fn done, void *arg)
 {
 	struct sreq *r;
 	int fd;
 
 	if (len == 0) {
 		done(arg, 0, buf);
-		return 0;
+		return;
 	}
 	fd = path_open_beneath(st->rootfd, rel, O_RDONLY | O_NOFOLLOW);
 	if (fd < 0) {
@@ -219,7 +220,7 @@ int storage_read(struct storage *st, const char *rel, const struct index_version
 		__atomic_add_fetch(fd == -ESTALE ? &st->stats.stale : &st->stats.errors, 1,
 				   __ATOMIC_RELAXED);
 		done(arg, fd, buf);
-		return 0;
+		return;
 	}
 	/* Fast path: data already in the backing page cache is copied right
 	 * here (RWF_NOWAIT never blocks), sparing two thread hops and a ring
@@ -233,7 +234,7 @@ int storage_read(struct storage *st, const char *rel, const struct index_version
 			__atomic_add_fetch(&st->stats.inline_reads, 1, __ATOMIC_RELAXED);
 			n = conclude(st, fd, off, expect, n);
 			done(arg, n, b);
-			return 0;
+			return;
 		}
 	}
 	r = calloc(1, sizeof(*r));
@@ -245,7 +246,7 @@ int storage_read(struct storage *st, const char *rel, const struct index_version
 		free(r);
 		close(fd);
 		done(arg, -ENOMEM, NULL);
-		return 0;
+		return;
 	}
 	r->fd = fd;
 	r->buf = buf;
@@ -263,7 +264,6 @@ int storage_read(struct storage *st, const char *rel, const struct index_version
 	st->inflight++;
 	queue_locked(st, r);
 	pthread_mutex_unlock(&st->sq_lock);
-	return 0;
 }
 
 /* One buffer per calling thread for the fast path, grown on demand: the
@@ -299,37 +299,13 @@ static void *inline_buf(size_t len)
 	return b->data;
 }
 
-struct sync_wait {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	int done;
-	ssize_t res;
-};
-
-static void sync_done(void *arg, ssize_t res, const void *buf)
-{
-	struct sync_wait *w = arg;
-
-	(void)buf;
-	pthread_mutex_lock(&w->lock);
-	w->res = res;
-	w->done = 1;
-	pthread_cond_signal(&w->cond);
-	pthread_mutex_unlock(&w->lock);
-}
-
 ssize_t storage_read_sync(struct storage *st, const char *rel,
 			  const struct index_version *expect, off_t off, size_t len, void *buf)
 {
-	struct sync_wait w = { .lock = PTHREAD_MUTEX_INITIALIZER,
-			       .cond = PTHREAD_COND_INITIALIZER };
+	struct sync_wait w = SYNC_WAIT_INIT(buf);
 
-	storage_read(st, rel, expect, off, len, buf, sync_done, &w);
-	pthread_mutex_lock(&w.lock);
-	while (!w.done)
-		pthread_cond_wait(&w.cond, &w.lock);
-	pthread_mutex_unlock(&w.lock);
-	return w.res;
+	storage_read(st, rel, expect, off, len, buf, sync_wait_done, &w);
+	return sync_wait(&w);
 }
 
 void storage_set_drop_source_cache(struct storage *st, int on)

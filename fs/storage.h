@@ -50,10 +50,9 @@ void storage_free(struct storage *st);
 /* Reads LEN bytes at OFF of the file at REL (relative to SOURCE) into BUF
  * (or a buffer of its own when BUF is NULL). EXPECT, if not NULL, is the
  * version the data must come from. DONE(ARG, ...) is called exactly once,
- * possibly before storage_read() returns (errors found while queuing).
- * Returns 0 once DONE is guaranteed to be called. */
-int storage_read(struct storage *st, const char *rel, const struct index_version *expect,
-		 off_t off, size_t len, void *buf, storage_done_fn done, void *arg);
+ * possibly before storage_read() returns (errors found while queuing). */
+void storage_read(struct storage *st, const char *rel, const struct index_version *expect,
+		  off_t off, size_t len, void *buf, storage_done_fn done, void *arg);
 
 /* Synchronous convenience for tools and tests: returns bytes or -errno. */
 ssize_t storage_read_sync(struct storage *st, const char *rel,

@@ -1,13 +1,14 @@
 /* syncwait.h - waiting on the calling thread for a callback that may run
- * on another one (core_read's done, group_read_async's fn).
+ * on another one (core_read's done, group_read_async's fn, storage's).
  *
  *   struct sync_wait w = SYNC_WAIT_INIT(buf);
  *   start_something(..., sync_wait_done, &w);
  *   ssize_t res = sync_wait(&w);
  *
  * sync_wait_done copies RES bytes into the destination given to
- * SYNC_WAIT_INIT (the source is valid only during the callback), then wakes
- * the waiter. Header-only: two users, a handful of lines.
+ * SYNC_WAIT_INIT (the source is valid only during the callback; no copy
+ * when the bytes are already there, or with no destination), then wakes
+ * the waiter. Header-only: a handful of lines.
  */
 #ifndef EPOCHFS_SYNCWAIT_H
 #define EPOCHFS_SYNCWAIT_H
@@ -31,7 +32,7 @@ static inline void sync_wait_done(void *arg, ssize_t res, const void *buf)
 {
 	struct sync_wait *w = arg;
 
-	if (res > 0)
+	if (res > 0 && w->dst && w->dst != buf)
 		memcpy(w->dst, buf, (size_t)res);
 	pthread_mutex_lock(&w->m);
 	w->res = res;

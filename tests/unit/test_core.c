@@ -7,6 +7,8 @@
 
 #include "core.h"
 #include "helpers.h"
+#include "source.h"
+#include "syncwait.h"
 
 #define BIG (600u << 10)        /* three 256 KiB items */
 
@@ -16,56 +18,40 @@ static struct core *core;
 
 /* A read waited for: core_read's callback may run on another thread. */
 struct wait {
-	pthread_mutex_t m;
-	pthread_cond_t cv;
-	int done;
-	ssize_t res;
 	char buf[BIG];
 };
 
-static void wait_cb(void *arg, ssize_t res, const void *buf)
+static ssize_t rd(uint64_t node, off_t off, size_t len, struct wait *w)
 {
-	struct wait *w = arg;
+	struct sync_wait sw = SYNC_WAIT_INIT(w->buf);
 
-	pthread_mutex_lock(&w->m);
-	w->res = res;
-	if (res > 0)
-		memcpy(w->buf, buf, (size_t)res);
-	w->done = 1;
-	pthread_cond_signal(&w->cv);
-	pthread_mutex_unlock(&w->m);
+	core_read(core, node, off, len, sync_wait_done, &sw);
+	return sync_wait(&sw);
 }
 
-static ssize_t rd(uint32_t id, off_t off, size_t len, struct wait *w)
+static uint64_t sample(const char *name)
 {
-	struct index_attr a;
+	static struct sample v[600];
+	int n = core_samples(core, v, 600);
 
-	cr_assert_eq(index_get(core->ix, id, &a), 0);
-	memset(w, 0, sizeof(*w));
-	pthread_mutex_init(&w->m, NULL);
-	pthread_cond_init(&w->cv, NULL);
-	core_read(core, id, a.gen, off, len, wait_cb, w);
-	pthread_mutex_lock(&w->m);
-	while (!w->done)
-		pthread_cond_wait(&w->cv, &w->m);
-	pthread_mutex_unlock(&w->m);
-	return w->res;
+	for (int i = 0; i < n; i++)
+		if (!strcmp(v[i].name, name))
+			return v[i].u;
+	cr_assert_fail("no sample %s", name);
+	return 0;
 }
 
 static uint64_t storage_bytes(void)
 {
-	struct storage_stats s;
-
-	storage_get_stats(core->st, &s);
-	return s.bytes;
+	return sample("storage_read_bytes");
 }
 
-static uint32_t id_of(const char *name)
+static uint64_t id_of(const char *name)
 {
-	uint32_t id = index_lookup(core->ix, INDEX_ROOT, name);
+	struct core_attr a;
 
-	cr_assert(id, "%s not indexed", name);
-	return id;
+	cr_assert_eq(core_stat_path(core, name, &a), 0, "%s not indexed", name);
+	return a.node;
 }
 
 /* Fake sources. */
@@ -93,7 +79,7 @@ static void fake_read(void *ctx, uint32_t id, const char *rel, const struct inde
 
 static void setup(void)
 {
-	struct core_opts o = { .cache_size = 8 << 20, .cache_chunk = 256 << 10 };
+	struct core_opts o = { .cache_size = 8 << 20, .cache_chunk = 256 << 10, .timeout = 3600 };
 
 	for (size_t i = 0; i < BIG; i++)
 		big[i] = (char)(i * 7 + i / 4096);
@@ -122,7 +108,7 @@ TestSuite(core, .init = setup, .fini = teardown);
 Test(core, reads_through_the_cache_and_across_items)
 {
 	static struct wait w;
-	uint32_t b = id_of("big.bin");
+	uint64_t b = id_of("big.bin");
 
 	/* A read spanning all three items, at an odd offset. */
 	cr_assert_eq(rd(b, 1000, BIG - 2000, &w), BIG - 2000);
@@ -137,7 +123,7 @@ Test(core, reads_through_the_cache_and_across_items)
 	/* Reads are clamped at the end of the file. */
 	cr_assert_eq(rd(b, BIG - 5, 100, &w), 5);
 	cr_expect_eq(rd(b, BIG, 100, &w), 0);
-	uint32_t s = id_of("small.txt");
+	uint64_t s = id_of("small.txt");
 	cr_assert_eq(rd(s, 0, 4096, &w), 14);
 	cr_expect(!memcmp(w.buf, "hello, epochfs", 14));
 }
@@ -201,7 +187,7 @@ static void *reader(void *arg)
 {
 	struct wait *w = malloc(sizeof(*w));
 	uintptr_t k = (uintptr_t)arg;
-	uint32_t b = id_of("big.bin");
+	uint64_t b = id_of("big.bin");
 	int bad = 0;
 
 	for (int i = 0; i < 50; i++) {

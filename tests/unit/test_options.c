@@ -2,6 +2,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 
+#include "core.h"
 #include "options.h"
 
 static int parse(struct options *o, char *err, ...)
@@ -145,7 +146,7 @@ Test(options, cache_options)
 	cr_expect_eq(parse(&o, err, "--cache-chunk", "0", "s", "m", NULL), -EINVAL);
 	cr_assert_eq(parse(&o, err, "s", "m", NULL), 0);
 	cr_expect(!o.cache_size_set);
-	cr_expect_eq(o.cache_chunk, OPTIONS_DEFAULT_CACHE_CHUNK);
+	cr_expect_eq(o.cache_chunk, CORE_DEFAULT_CACHE_CHUNK);
 	cr_expect_eq(o.scrub_rate, OPTIONS_DEFAULT_SCRUB_RATE);
 	cr_expect(!o.keep_source_cache);
 	cr_assert_eq(parse(&o, err, "--scrub-rate", "0", "--keep-source-cache", "s", "m", NULL), 0, "%s", err);

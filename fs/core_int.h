@@ -1,0 +1,67 @@
+/* core_int.h - the inside of struct core, for the core's own files only:
+ * core.c (wiring and lifecycle), nodes.c (the namespaces), read.c (the read
+ * path), metrics.c (the catalogue of samples). Everything else sees the
+ * opaque struct core of core.h.
+ */
+#ifndef EPOCHFS_CORE_INT_H
+#define EPOCHFS_CORE_INT_H
+
+#include "cache.h"
+#include "control.h"
+#include "core.h"
+#include "index.h"
+#include "maint.h"
+#include "manifest.h"
+#include "prepdir.h"
+#include "source.h"
+#include "storage.h"
+#include "watch.h"
+
+#define CORE_MAX_SAMPLES 512     /* ours, and the peer layer's (at most 64 peers x 5 + 8) */
+
+struct core {
+	char *source;               /* absolute path of SOURCE */
+	int rootfd;
+	struct index *ix;
+	struct storage *st;
+	struct control *ctl;
+	struct watch *watch;
+	struct cache *cache;        /* NULL: no RAM cache */
+	struct maint *maint;        /* the cache's background thread; NULL: none */
+	struct prepdir *prep;       /* .prep/; NULL with --no-prep */
+	struct manifest *man;       /* --manifest, bound to the index; NULL: none */
+	uint64_t man_files, man_unverified;     /* records bound; files it cannot check */
+	struct source sources[CORE_MAX_SOURCES];        /* tried in order; storage last */
+	int nsources;
+	uint32_t chunk;
+	uint64_t cache_need;        /* arena bytes the whole dataset would take */
+	double timeout;             /* core_timeout(), settled by core_start() */
+	struct stats stats;
+	struct core_opts opts;
+	struct core_peer_hooks peer;    /* owns == NULL: no peers */
+	uint64_t remote_used;           /* atomic: cache bytes admitted for remote items */
+	core_change_fn change_fn;       /* set before core_start(), cleared after the loop */
+	void *change_arg;
+};
+
+/* Data nodes: index entry ID at generation GEN. The generation keeps 31
+ * bits: bit 63 marks the other namespaces. */
+#define CORE_GEN_MASK 0x7fffffffu
+static inline uint64_t core_data_node(uint32_t id, uint32_t gen)
+{
+	return ((uint64_t)(gen & CORE_GEN_MASK) << 32) | id;
+}
+
+/* read.c: reads LEN bytes at OFF of data file ID as of generation GEN (the
+ * read path behind core_read()). */
+void core_read_data(struct core *c, uint32_t id, uint32_t gen, off_t off, size_t len,
+		    core_read_fn done, void *arg);
+
+/* metrics.c: renders a control file (control.h's render callback). */
+int core_render(void *arg, enum control_file f, char *buf, size_t len);
+
+/* The index entry of path REL (LEN bytes) below SOURCE, not gone: 0 and
+ * *A, or -ENOENT / -ENAMETOOLONG. */
+int core_lookup_rel(struct core *c, const char *rel, size_t len, struct index_attr *a);
+
+#endif

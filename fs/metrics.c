@@ -1,0 +1,90 @@
+/* metrics.c - the catalogue of what .epochfs/ shows: every sample's name,
+ * help text and source, in one place (core_samples), rendered twice by
+ * stats.c (stats.json, Prometheus metrics) so the two never drift.
+ *
+ * The counters themselves are incremented where their events happen (the
+ * read path, the peers, the cache); this file only reads them, with
+ * relaxed loads, when a control file is looked up.
+ */
+#include "core_int.h"
+
+int core_render(void *arg, enum control_file f, char *buf, size_t len)
+{
+	struct sample v[CORE_MAX_SAMPLES];
+	int n = core_samples(arg, v, CORE_MAX_SAMPLES);
+
+	return f == CONTROL_STATS_JSON ? stats_render_json(v, n, buf, len)
+				       : stats_render_prom(v, n, buf, len);
+}
+
+int core_samples(struct core *c, struct sample *out, int max)
+{
+	struct index_totals t;
+	struct storage_stats ss;
+	int n = 0;
+
+	index_totals(c->ix, &t);
+	storage_get_stats(c->st, &ss);
+#define GAUGE(nm, hp, val) \
+	if (n < max) out[n++] = (struct sample){ .name = nm, .help = hp, .kind = SAMPLE_GAUGE, .u = (val) }
+#define COUNTER(nm, hp, val) \
+	if (n < max) out[n++] = (struct sample){ .name = nm, .help = hp, .kind = SAMPLE_COUNTER, .u = (val) }
+	GAUGE("files", "Regular files in the index", t.files);
+	GAUGE("dirs", "Directories in the index", t.dirs);
+	GAUGE("symlinks", "Symbolic links in the index", t.symlinks);
+	GAUGE("bytes_total", "Sum of the sizes of the indexed files", t.bytes);
+	GAUGE("index_bytes", "Memory held by the index", index_memory(c->ix));
+	GAUGE("watched_dirs", "Directories watched for changes", watch_count(c->watch));
+	COUNTER("storage_read_bytes", "Bytes the daemon read from SOURCE", ss.bytes);
+	COUNTER("storage_reads", "Reads the daemon issued to SOURCE", ss.reads);
+	COUNTER("storage_errors", "Reads of SOURCE that failed", ss.errors);
+	COUNTER("storage_inline_reads", "Reads of SOURCE served at once from its page cache", ss.inline_reads);
+	struct cache_stats cs = { 0 };
+	if (c->cache)
+		cache_get_stats(c->cache, &cs);
+	GAUGE("cache_capacity_bytes", "Byte budget of the RAM cache", cs.capacity);
+	GAUGE("cache_used_bytes", "Bytes of the budget in use", cs.used);
+	GAUGE("cache_items", "Items ready in the RAM cache", cs.items);
+	COUNTER("cache_hits", "Reads served from (or waiting on) a cached item", cs.hits);
+	COUNTER("cache_misses", "Reads that found no cached item", cs.misses);
+	COUNTER("cache_corrupt", "Cached items dropped for a checksum mismatch", cs.corrupt);
+	COUNTER("cache_stale", "Cached items dropped because their file changed", cs.stale);
+	COUNTER("cache_full", "Items not admitted: budget spent", cs.full);
+	COUNTER("cache_scrubbed_bytes", "Bytes the background scrubber re-checked", cs.scrubbed_bytes);
+	COUNTER("cache_scrub_passes", "Full passes of the scrubber over the cache", cs.scrub_passes);
+	GAUGE("cache_prefaulted_bytes", "Arena bytes made resident ahead of the fill", cs.prefaulted);
+	GAUGE("manifest_files", "Files the manifest (--manifest) checks", c->man_files);
+	GAUGE("manifest_unverified", "Files the manifest cannot check (not in it, or another size): storage only",
+	      c->man_unverified);
+	struct group_stats ps = { 0 };
+	uint64_t groups = 0;
+	if (c->prep)
+		prepdir_stats(c->prep, &ps, &groups);
+	GAUGE("prep_groups", "Prep groups declared in .prep/", groups);
+	COUNTER("prep_batches_produced", "Batches made (first time)", ps.produced);
+	COUNTER("prep_batches_regenerated", "Batches made again after they were freed", ps.regenerated);
+	COUNTER("prep_batches_freed", "Batches freed once their consumers read them", ps.freed);
+	COUNTER("prep_served_bytes", "Batch bytes read by consumers", ps.served_bytes);
+	COUNTER("prep_images", "Images decoded and augmented", ps.images);
+	COUNTER("prep_bad_samples", "Images replaced by a substitute (corrupt, not JPEG, too large)", ps.bad_samples);
+	GAUGE("prep_staged_bytes", "Bytes of made batches held in memory", ps.staged_bytes);
+	GAUGE("prep_staged_peak_bytes", "Most bytes of made batches held at once (sum over groups)", ps.staged_peak);
+	GAUGE("prep_consumers", "Batch files open now", ps.readers);
+	COUNTER("prep_consumers_dropped", "Consumers given up on after stalling", ps.dropped);
+#undef GAUGE
+#undef COUNTER
+	if (n < max)
+		out[n++] = (struct sample){ .name = "prep_cpu_seconds", .help = "CPU seconds spent making batches",
+					    .kind = SAMPLE_COUNTER, .is_float = 1, .d = ps.cpu_ns / 1e9 };
+	n += stats_samples(&c->stats, out + n, max - n);
+	if (c->peer.samples)
+		n += c->peer.samples(c->peer.ctx, out + n, max - n);
+	if (n < max)
+		out[n++] = (struct sample){ .name = "uptime_s", .help = "Seconds since mount",
+					    .kind = SAMPLE_GAUGE, .is_float = 1,
+					    .d = stats_uptime(&c->stats) };
+	if (n < max)
+		out[n++] = (struct sample){ .name = "scan_seconds", .help = "Seconds the mount-time scan took",
+					    .kind = SAMPLE_GAUGE, .is_float = 1, .d = t.scan_seconds };
+	return n;
+}
