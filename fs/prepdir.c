@@ -239,7 +239,7 @@ int prepdir_getattr(struct prepdir *pd, uint64_t node, struct prepdir_attr *a)
 	}
 	case K_BATCH: {
 		struct rnode *r = reader_find(pd, node);
-		if (!r)
+		if (!r || !r->r)        /* its group ended: the node waits for its forget */
 			ret = -ENOENT;
 		else
 			*a = (struct prepdir_attr){ .node = node, .size = r->size };

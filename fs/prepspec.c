@@ -168,7 +168,7 @@ static void slot_bad(void *ctx, const char *rel, int err)
  * back: the refused text is gone with it. Lock held. */
 static void refuse(struct prepdir *pd, struct slot *s, const char *fmt, const char *what)
 {
-	char text[600];
+	char text[700];             /* a name of NAME_MAX bytes, twice, and the reason */
 
 	snprintf(text, sizeof(text), fmt, s->name, what);
 	set_error(pd, s->name, text);
@@ -195,9 +195,13 @@ int pd_commit(struct prepdir *pd, struct slot *s)
 		return running ? 0 : -EINVAL;
 	}
 	if (s->g) {
-		if (memcmp(&sp, group_spec(s->g), sizeof(sp)))
+		/* Compared as canonical text: a struct's padding is no part of a spec. */
+		char mine[SPEC_MAX_BYTES + 1];
+		if (spec_render(&sp, mine, sizeof(mine)) < 0 || strcmp(mine, s->spec))
 			refuse(pd, s, "%s.spec: a different spec was written for a running group; it keeps its "
 			       "spec (unlink .prep/%s.spec to end the group first)", s->name);
+		else
+			pd_clear_error(pd, s->name);    /* the spec it runs: nothing to complain of */
 		return 0;
 	}
 	struct folder *f;
