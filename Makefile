@@ -38,7 +38,8 @@ LIBS = $(PKG_LIBS) -lpthread -lm
 
 CORE_SRC := fs/log.c fs/path.c fs/index.c fs/storage.c fs/stats.c fs/control.c \
 	    fs/watch.c fs/core.c fs/nodes.c fs/read.c fs/metrics.c fs/options.c fs/cache.c fs/maint.c fs/prepdir.c fs/prepspec.c \
-	    fs/owner.c fs/cluster.c fs/proto.c fs/peer.c fs/manifest.c fs/manifest_build.c
+	    fs/owner.c fs/cluster.c fs/proto.c fs/peer.c fs/peer_client.c \
+	    fs/peer_server.c fs/manifest.c fs/manifest_build.c
 PREP_SRC := prep/jpeg.c prep/augment.c prep/batch.c prep/spec.c prep/folder.c prep/group.c
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o) $(PREP_SRC:%.c=$(BUILD)/%.o)
 CORE_LIB := $(BUILD)/libepochfs.a

@@ -338,8 +338,7 @@ uint64_t core_cache_capacity(const struct core *c)
 	return s.capacity;
 }
 
-uint64_t core_owned_bytes(struct core *c, int (*owns)(void *ctx, const char *rel, uint32_t chunk),
-			  void *ctx)
+uint64_t core_owned_bytes(struct core *c, int (*owns)(void *ctx, struct source_item *it), void *ctx)
 {
 	uint32_t n = index_count(c->ix);
 	uint64_t sum = 0;
@@ -347,13 +346,17 @@ uint64_t core_owned_bytes(struct core *c, int (*owns)(void *ctx, const char *rel
 
 	for (uint32_t id = INDEX_ROOT + 1; id <= n; id++) {
 		struct index_attr a;
+		int len;
 		if (index_get(c->ix, id, &a) < 0 || a.gone || !S_ISREG(a.mode) ||
-		    index_path(c->ix, id, path, sizeof(path)) < 0)
+		    (len = index_path(c->ix, id, path, sizeof(path))) < 0)
 			continue;
 		uint32_t chunks = cache_chunks(a.v.size, c->chunk);
-		for (uint32_t k = 0; k < chunks; k++)
-			if (owns(ctx, path, k))
+		for (uint32_t k = 0; k < chunks; k++) {
+			struct source_item it = { .id = id, .chunk = k, .rel = path, .rel_len = (size_t)len,
+						  .v = a.v };
+			if (owns(ctx, &it))
 				sum += cache_chunk_len(a.v.size, c->chunk, k) + 64;
+		}
 	}
 	return sum;
 }

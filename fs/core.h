@@ -30,6 +30,7 @@
 
 struct manifest;
 struct source;
+struct source_item;
 
 #define CORE_MAX_SOURCES 4
 #define CORE_ROOT_NODE 1u           /* the mount's root: SOURCE itself */
@@ -202,9 +203,10 @@ int core_debug_fd(struct core *c);
  * itself. */
 struct core_peer_hooks {
 	void *ctx;
-	/* 1 if this node owns chunk CHUNK of the file REL: only owned items
-	 * are admitted into the cache, unless remote_budget allows. */
-	int (*owns)(void *ctx, const char *rel, uint32_t chunk);
+	/* 1 if this node may keep item IT (it owns it, or the nodes ranked
+	 * before it are full): only such items are admitted into the cache,
+	 * unless remote_budget allows. May fill IT's ranking. */
+	int (*owns)(void *ctx, struct source_item *it);
 	/* Appends the peer layer's samples; returns how many. */
 	int (*samples)(void *ctx, struct sample *out, int max);
 	/* Cache bytes items owned elsewhere may take (--cache-remote). */
@@ -225,8 +227,7 @@ void core_set_peer_hooks(struct core *c, const struct core_peer_hooks *h);
 /* The cache's item size (also what ownership is computed over). */
 uint32_t core_chunk(const struct core *c);
 /* Cache bytes the items this node owns would take (OWNS as in the hooks). */
-uint64_t core_owned_bytes(struct core *c, int (*owns)(void *ctx, const char *rel, uint32_t chunk),
-			  void *ctx);
+uint64_t core_owned_bytes(struct core *c, int (*owns)(void *ctx, struct source_item *it), void *ctx);
 uint64_t core_cache_capacity(const struct core *c);
 /* True once the cache refused an admission for lack of budget (it never
  * evicts, so this holds until the remount), or when there is no cache. */

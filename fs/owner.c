@@ -94,6 +94,31 @@ void owner_ranking(const struct owner *o, const char *rel, size_t len, uint32_t 
 	}
 }
 
+void owner_top(const struct owner *o, const char *rel, size_t len, uint32_t chunk, unsigned k,
+	       uint16_t *out)
+{
+	uint64_t key = XXH3_64bits_withSeed(rel, len, chunk), w[k ? k : 1];
+	unsigned have = 0;
+
+	/* The K heaviest, kept sorted as they come: same order and ties as
+	 * owner_ranking(). */
+	for (unsigned i = 0; i < o->n; i++) {
+		uint64_t wi = mix(key ^ o->seed[i]);
+		unsigned j = have < k ? have++ : k;
+		if (j == k && (!k || w[k - 1] >= wi))
+			continue;
+		if (j == k)
+			j = k - 1;
+		while (j > 0 && w[j - 1] < wi) {
+			w[j] = w[j - 1];
+			out[j] = out[j - 1];
+			j--;
+		}
+		w[j] = wi;
+		out[j] = (uint16_t)i;
+	}
+}
+
 uint64_t owner_digest(const struct owner *o, uint32_t chunk_size)
 {
 	return mix(o->digest ^ chunk_size);

@@ -37,6 +37,10 @@ unsigned owner_of(const struct owner *o, const char *rel, size_t len, uint32_t c
 void owner_ranking(const struct owner *o, const char *rel, size_t len, uint32_t chunk,
 		   unsigned *out);
 
+/* The first K nodes of that ranking (K at most owner_nodes()), in O(N K). */
+void owner_top(const struct owner *o, const char *rel, size_t len, uint32_t chunk, unsigned k,
+	       uint16_t *out);
+
 /* A digest of the table (the names, in order) and of CHUNK_SIZE: two nodes
  * agree on every owner exactly when their digests are equal. */
 uint64_t owner_digest(const struct owner *o, uint32_t chunk_size);

@@ -12,9 +12,10 @@
  *
  * DESIGN: what a read is (enum read_kind) and everything it needs past the
  * hit path live in one context (struct read_ctx): the version the bytes
- * must come from, the item, and the item's path below SOURCE, made once
- * (item_path) whoever asks first: admission with peers, the load, a
- * source's fallback to the next. The hit path makes no context at all.
+ * must come from, and the item as the sources see it (struct source_item):
+ * its path below SOURCE, made once (item_of) whoever asks first, and the
+ * ranking of the nodes that may hold it, which the peer layer works out
+ * once for admission and asking alike. The hit path makes no context.
  * Counters are added where each event ends: reply() for hit and miss
  * bytes, reply_request() for a request; a peer's read counts neither
  * (the peer layer does).
@@ -50,18 +51,21 @@ struct read_ctx {
 	int via_storage;            /* LOAD: storage answered (not a peer, which checks its own) */
 	core_read_fn done;
 	void *arg;
-	int path_len;               /* < 0: not made yet */
+	struct source_item item;    /* what the sources and the admission hook are told */
+	int path_len;               /* < 0: not made yet (or the error making it) */
 	char path[4096];            /* the file's path below SOURCE */
 };
 
-/* The file's path below SOURCE, made on first use. NULL (and *ERR) if it
- * cannot be. */
-static const char *item_path(struct read_ctx *x, int *err)
+/* X's item, its path made on first use. NULL (and *ERR) if it cannot be. */
+static struct source_item *item_of(struct read_ctx *x, int *err)
 {
-	if (x->path_len < 0)
+	if (x->path_len == -1) {
 		x->path_len = index_path(x->c->ix, x->id, x->path, sizeof(x->path));
+		x->item.rel = x->path;
+		x->item.rel_len = x->path_len > 0 ? (size_t)x->path_len : 0;
+	}
 	*err = x->path_len < 0 ? x->path_len : 0;
-	return x->path_len < 0 ? NULL : x->path;
+	return x->path_len < 0 ? NULL : &x->item;
 }
 
 /* Counts a finished request, replies, then refreshes a stale entry. */
@@ -133,19 +137,19 @@ static void fetch(struct read_ctx *x, int i, off_t off, size_t len, void *buf, s
 	struct core *c = x->c;
 	struct fetch_ctx *f;
 	int err;
-	const char *rel = item_path(x, &err);
+	struct source_item *it = item_of(x, &err);
 
-	if (!rel) {
+	if (!it) {
 		done(x, err, NULL);
 		return;
 	}
 	if (i >= c->nsources || !(f = malloc(sizeof(*f)))) {
 		x->via_storage = 1;
-		storage_read(c->st, rel, &x->a.v, off, len, buf, done, x);
+		storage_read(c->st, it->rel, &x->a.v, off, len, buf, done, x);
 		return;
 	}
 	*f = (struct fetch_ctx){ .x = x, .next = i + 1, .off = off, .len = len, .buf = buf, .done = done };
-	c->sources[i].read(c->sources[i].ctx, x->id, rel, &x->a.v, off, len, buf, fetch_done, f);
+	c->sources[i].read(c->sources[i].ctx, it, off, len, buf, fetch_done, f);
 }
 
 int core_add_source(struct core *c, const struct source *s)
@@ -195,7 +199,7 @@ static int load_checks(struct read_ctx *x)
 		return 1;
 	stats_add(&c->stats, STAT_MANIFEST_MISMATCHES, 1);
 	log_warn("%s (chunk %u): storage bytes do not match the manifest; served, not cached",
-		 item_path(x, &err) ? x->path : "?", chunk);
+		 item_of(x, &err) ? x->path : "?", chunk);
 	return 0;
 }
 
@@ -216,15 +220,15 @@ static void load_done(void *arg, ssize_t res, const void *buf)
 }
 
 /* With peers: may X's item (LEN bytes) take cache budget? */
-static int may_admit(struct read_ctx *x, uint32_t chunk, size_t len)
+static int may_admit(struct read_ctx *x, size_t len)
 {
 	struct core *c = x->c;
 	int err;
-	const char *rel = item_path(x, &err);
+	struct source_item *it = item_of(x, &err);
 
-	if (!rel)
+	if (!it)
 		return 0;
-	if (c->peer.owns(c->peer.ctx, rel, chunk))
+	if (c->peer.owns(c->peer.ctx, it))
 		return 1;
 	if (!c->peer.remote_budget)
 		return 0;
@@ -281,12 +285,18 @@ static void read_item(struct core *c, uint32_t id, const struct index_attr *a, o
 	x->via_storage = 0;
 	x->done = done;
 	x->arg = arg;
+	x->item = (struct source_item){ .id = id, .chunk = chunk, .v = a->v };
 	x->path_len = -1;
-	if (rel && (x->path_len = (int)strlen(rel)) < (int)sizeof(x->path))
-		memcpy(x->path, rel, (size_t)x->path_len + 1);
-	else if (rel)
-		x->path_len = -ENAMETOOLONG;
-	if (c->cache && c->peer.owns && r == CACHE_MISS && may_admit(x, chunk, item_len))
+	if (rel) {                  /* a peer's read names it: no index walk */
+		size_t n = strlen(rel);
+		x->path_len = n < sizeof(x->path) ? (int)n : -ENAMETOOLONG;
+		if (x->path_len >= 0) {
+			memcpy(x->path, rel, n + 1);
+			x->item.rel = x->path;
+			x->item.rel_len = n;
+		}
+	}
+	if (c->cache && c->peer.owns && r == CACHE_MISS && may_admit(x, item_len))
 		r = cache_get(c->cache, id, chunk, &a->v, item_len, NULL, &ref);
 	if (r == CACHE_WAIT) {
 		x->w.fn = wait_done;

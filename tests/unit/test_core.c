@@ -58,13 +58,16 @@ static uint64_t id_of(const char *name)
 static int asked;
 static int mode;                /* 0: pass on (-EAGAIN), 1: serve the true bytes, 2: fail */
 
-static void fake_read(void *ctx, uint32_t id, const char *rel, const struct index_version *v,
-		      off_t off, size_t len, void *buf, source_done_fn done, void *arg)
+static void fake_read(void *ctx, struct source_item *it, off_t off, size_t len, void *buf,
+		      source_done_fn done, void *arg)
 {
 	static char own[BIG];
 	char *out = buf ? buf : own;
+	const char *rel = it->rel;
 
-	(void)ctx, (void)id, (void)v;
+	(void)ctx;
+	cr_assert_eq(it->rel_len, strlen(it->rel));
+	cr_assert_eq(it->chunk, (uint32_t)(off / (256 << 10)), "a read outside its item");
 	__atomic_add_fetch(&asked, 1, __ATOMIC_RELAXED);
 	if (mode == 0) {
 		done(arg, -EAGAIN, NULL);

@@ -118,3 +118,34 @@ Test(owner, ranking_is_the_owner_after_departures)
 	}
 	owner_free(all);
 }
+
+/* owner_top() is the head of owner_ranking(), for every K, however many
+ * nodes (ties included: two nodes of one name cannot be, so equal weights
+ * only come from the mix; the order of the rest is still compared). */
+Test(owner, top_k_is_the_head_of_the_ranking)
+{
+	const char *ids[9];
+	char names[9][16];
+	struct owner *o;
+	char key[32];
+
+	for (int i = 0; i < 9; i++) {
+		snprintf(names[i], sizeof(names[i]), "node%d:7070", i);
+		ids[i] = names[i];
+	}
+	for (unsigned n = 1; n <= 9; n++) {
+		cr_assert_eq(owner_new(ids, n, &o), 0);
+		for (int i = 0; i < 500; i++) {
+			int len = snprintf(key, sizeof(key), "train/c%d/%d.jpg", i % 7, i);
+			unsigned rank[9];
+			uint16_t top[9];
+			owner_ranking(o, key, (size_t)len, (uint32_t)i % 3, rank);
+			for (unsigned k = 1; k <= n; k++) {
+				owner_top(o, key, (size_t)len, (uint32_t)i % 3, k, top);
+				for (unsigned j = 0; j < k; j++)
+					cr_assert_eq(top[j], rank[j], "n=%u k=%u key=%s: place %u", n, k, key, j);
+			}
+		}
+		owner_free(o);
+	}
+}
