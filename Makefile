@@ -33,13 +33,22 @@ endif
 # Evaluated when a recipe runs, i.e. after the dependency check below.
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS = $(shell pkg-config --libs $(PKGS))
-ALL_CFLAGS = -std=gnu11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Ifs -Iprep -Itools $(PKG_CFLAGS) -MMD -MP
+ALL_CFLAGS = -std=gnu11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Ifs -Ifs/core -Ifs/store -Ifs/cluster -Ifs/util -Iprep -Itools $(PKG_CFLAGS) -MMD -MP
 LIBS = $(PKG_LIBS) -lpthread -lm
 
-CORE_SRC := fs/log.c fs/path.c fs/index.c fs/storage.c fs/stats.c fs/control.c \
-	    fs/watch.c fs/core.c fs/nodes.c fs/read.c fs/metrics.c fs/options.c fs/cache.c fs/maint.c fs/prepdir.c fs/prepspec.c \
-	    fs/owner.c fs/cluster.c fs/proto.c fs/peer.c fs/peer_client.c \
-	    fs/peer_server.c fs/manifest.c fs/manifest_build.c
+# fs/ is the daemon (main, options) and its FUSE adapter (ops.c, the only
+# file that includes fuse_lowlevel.h); below it, by layer (docs/design.md):
+#   fs/core/    the filesystem without FUSE: namespaces, read path, .epochfs/, .prep/, counters
+#   fs/store/   where names and bytes live: index, RAM cache, storage, manifest
+#   fs/cluster/ partitioned peers: ownership, peer lists, protocol, client, server
+#   fs/util/    the log and a sync waiter
+CORE_SRC := fs/util/log.c fs/options.c \
+	    fs/core/core.c fs/core/nodes.c fs/core/read.c fs/core/metrics.c fs/core/stats.c \
+	    fs/core/control.c fs/core/watch.c fs/core/prepdir.c fs/core/prepspec.c \
+	    fs/store/index.c fs/store/path.c fs/store/storage.c fs/store/cache.c fs/store/maint.c \
+	    fs/store/manifest.c fs/store/manifest_build.c \
+	    fs/cluster/owner.c fs/cluster/cluster.c fs/cluster/proto.c fs/cluster/peer.c \
+	    fs/cluster/peer_client.c fs/cluster/peer_server.c
 PREP_SRC := prep/jpeg.c prep/augment.c prep/batch.c prep/spec.c prep/folder.c prep/group.c
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o) $(PREP_SRC:%.c=$(BUILD)/%.o)
 CORE_LIB := $(BUILD)/libepochfs.a
@@ -108,10 +117,10 @@ $(BUILD)/tests/mkjpeg: $(BUILD)/tests/integration/mkjpeg.o
 FUZZERS ?= proto text jpeg
 FUZZ_SECONDS ?= 300
 FUZZ_SMOKE ?= 6
-FUZZ_CC := clang -std=gnu11 -D_GNU_SOURCE -g -O1 -Ifs -Iprep -Itools -fsanitize=fuzzer,address,undefined \
+FUZZ_CC := clang -std=gnu11 -D_GNU_SOURCE -g -O1 -Ifs -Ifs/core -Ifs/store -Ifs/cluster -Ifs/util -Iprep -Itools -fsanitize=fuzzer,address,undefined \
 	   -fno-sanitize-recover=all
-FUZZ_SRC_proto := fs/proto.c
-FUZZ_SRC_text := fs/cluster.c prep/spec.c
+FUZZ_SRC_proto := fs/cluster/proto.c
+FUZZ_SRC_text := fs/cluster/cluster.c prep/spec.c
 FUZZ_SRC_jpeg := prep/batch.c prep/jpeg.c prep/augment.c
 FUZZ_LIBS_jpeg := -ljpeg
 FUZZ_LIBS_proto := -lsodium

@@ -1,6 +1,6 @@
 /* manifest.c - epochfs-manifest: builds, lists and checks dataset manifests.
  *
- * A manifest (format: fs/manifest.h) is the trusted list of per-chunk
+ * A manifest (format: fs/store/manifest.h) is the trusted list of per-chunk
  * BLAKE2b checksums of every regular file in SOURCE. Build it once, on a
  * machine that reads storage directly and that you trust; a mount given
  * `--manifest FILE` then verifies every byte a peer sends it, and every
@@ -10,7 +10,7 @@
  *   epochfs-manifest --list FILE           print FILE as text
  *   epochfs-manifest --check FILE SOURCE   rehash SOURCE, report differences
  *
- * All the work is in fs/manifest.c; this file is options and printing.
+ * All the work is in fs/store/manifest.c; this file is options and printing.
  */
 #include <errno.h>
 #include <getopt.h>

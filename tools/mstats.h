@@ -1,7 +1,7 @@
 /* mstats.h - a mount's counters as the tools see them.
  *
  * The daemon publishes its counters as one flat JSON object of numbers in
- * MOUNTPOINT/.epochfs/stats.json (fs/stats.c renders it). Tools that watch
+ * MOUNTPOINT/.epochfs/stats.json (fs/core/stats.c renders it). Tools that watch
  * or benchmark a mount (epochfs-stat, epochfs-bench) read that file through
  * this module instead of each parsing it their own way. It is deliberately
  * not a JSON library: it accepts exactly the flat {"key": number, ...} shape

@@ -5,18 +5,18 @@
  * and core results into replies; tools and tests drive the same core with no
  * mount at all. Everything a kernel asks for is addressed by a *node*
  * number, and the core keeps the three namespaces apart behind it (one
- * dispatch point, fs/nodes.c):
+ * dispatch point, fs/core/nodes.c):
  *
  *   data      the dataset, from the index: (generation << 32) | index id
- *   control   .epochfs/ (fs/control.c): CONTROL_NODE_BIT
- *   prep      .prep/ (fs/prepdir.c): CONTROL_NODE_BIT | PREPDIR_NODE_BIT
+ *   control   .epochfs/ (fs/core/control.c): CONTROL_NODE_BIT
+ *   prep      .prep/ (fs/core/prepdir.c): CONTROL_NODE_BIT | PREPDIR_NODE_BIT
  *
- * A read travels: core_read() -> the read path (fs/read.c) -> the RAM cache
+ * A read travels: core_read() -> the read path (fs/core/read.c) -> the RAM cache
  * -> on a miss, the sources in order (source.h: a peer, storage always
  * last). The core never calls into the adapter; it tells it of changes
  * under the mount through core_set_change_cb().
  *
- * struct core is opaque; fs/core_int.h is its inside, for the core's files.
+ * struct core is opaque; fs/core/core_int.h is its inside, for the core's files.
  */
 #ifndef EPOCHFS_CORE_H
 #define EPOCHFS_CORE_H
@@ -86,7 +86,7 @@ int core_open(const struct core_opts *o, struct core **out);
 int core_start(struct core *c);
 void core_close(struct core *c);
 
-/* ---- the namespaces, by node number (fs/nodes.c) ---------------------- */
+/* ---- the namespaces, by node number (fs/core/nodes.c) ---------------------- */
 
 /* What the kernel is told of a node. */
 struct core_attr {
@@ -186,7 +186,7 @@ int core_stat_path(struct core *c, const char *rel, struct core_attr *a);
 ssize_t core_read_file(struct core *c, const char *rel, void **buf, size_t *cap);
 
 /* All samples (counters and gauges) shown in .epochfs/; returns how many
- * (fs/metrics.c, the one catalogue of names). */
+ * (fs/core/metrics.c, the one catalogue of names). */
 int core_samples(struct core *c, struct sample *out, int max);
 /* The counters, for the modules that plug into the core (peers). */
 struct stats *core_stats(struct core *c);

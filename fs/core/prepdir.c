@@ -1,5 +1,5 @@
 /* prepdir.c - .prep/: group names, node numbers, lookups and batch readers;
- * declaring (spec writes, commits, NAME.error) is fs/prepspec.c. See prepdir.h.
+ * declaring (spec writes, commits, NAME.error) is fs/core/prepspec.c. See prepdir.h.
  *
  * DESIGN
  * - Node layout: bits 63 and 62 set; kind in bits 58-61; group slot in

@@ -1,5 +1,5 @@
-/* prepdir_int.h - the inside of .prep/, shared by fs/prepdir.c (names,
- * nodes, lookups, batch readers) and fs/prepspec.c (declaring: spec writes,
+/* prepdir_int.h - the inside of .prep/, shared by fs/core/prepdir.c (names,
+ * nodes, lookups, batch readers) and fs/core/prepspec.c (declaring: spec writes,
  * commits, refusals and NAME.error). All of it under prepdir's one lock
  * unless a comment says otherwise; see prepdir.h for the contract.
  */

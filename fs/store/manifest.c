@@ -1,5 +1,5 @@
 /* manifest.c - load, save, check and bind manifests; see manifest.h (the
- * builder is fs/manifest_build.c).
+ * builder is fs/store/manifest_build.c).
  *
  * DESIGN
  * - One image, two uses. A manifest in memory is its file image (trailer

@@ -1,5 +1,5 @@
-/* manifest_int.h - the inside of a manifest, shared by fs/manifest.c (load,
- * check, bind) and fs/manifest_build.c (the parallel builder): the image
+/* manifest_int.h - the inside of a manifest, shared by fs/store/manifest.c (load,
+ * check, bind) and fs/store/manifest_build.c (the parallel builder): the image
  * and its little-endian fields. See manifest.h for the format.
  */
 #ifndef EPOCHFS_MANIFEST_INT_H

@@ -1,6 +1,6 @@
 /* manifest_build.c - epochfs-manifest's builder: every regular file of
  * SOURCE hashed per chunk, in parallel, into a manifest image; see
- * manifest.h, and fs/manifest.c's DESIGN note for the image.
+ * manifest.h, and fs/store/manifest.c's DESIGN note for the image.
  *
  * DESIGN: the scan is the daemon's (index_scan); the image is laid out
  * whole before hashing starts, each file's hashes in their slot, so

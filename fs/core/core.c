@@ -1,8 +1,8 @@
 /* core.c - the core's wiring: opening SOURCE and the stores behind it
  * (index, RAM cache, manifest, .epochfs/, .prep/), starting and stopping
  * their threads, the staleness bound, and what the modules that plug in
- * (peers) may ask. The namespaces are fs/nodes.c, the read path fs/read.c,
- * the catalogue of samples fs/metrics.c; see core.h.
+ * (peers) may ask. The namespaces are fs/core/nodes.c, the read path fs/core/read.c,
+ * the catalogue of samples fs/core/metrics.c; see core.h.
  */
 #include <errno.h>
 #include <fcntl.h>
