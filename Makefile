@@ -41,9 +41,10 @@ LIBS = $(PKG_LIBS) -lpthread -lm
 #   fs/core/    the filesystem without FUSE: namespaces, read path, .epochfs/, .prep/, counters
 #   fs/store/   where names and bytes live: index, RAM cache, storage, manifest
 #   fs/cluster/ partitioned peers: ownership, peer lists, protocol, client, server
-#   fs/util/    the log and a sync waiter
-CORE_SRC := fs/util/log.c fs/options.c \
-	    fs/core/core.c fs/core/nodes.c fs/core/read.c fs/core/metrics.c fs/core/stats.c \
+#   fs/util/    the log, a sync waiter, the memory watch
+CORE_SRC := fs/util/log.c fs/util/memwatch.c fs/options.c \
+	    fs/core/core.c fs/core/nodes.c fs/core/read.c fs/core/prefetch.c fs/core/pressure.c \
+	    fs/core/metrics.c fs/core/stats.c \
 	    fs/core/control.c fs/core/watch.c fs/core/prepdir.c fs/core/prepspec.c \
 	    fs/store/index.c fs/store/path.c fs/store/storage.c fs/store/cache.c fs/store/maint.c \
 	    fs/store/manifest.c fs/store/manifest_build.c \
@@ -62,12 +63,20 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 
-all: $(DAEMON) $(TOOLS)
+all: $(DAEMON) $(TOOLS) $(BUILD)/epochfs-run
+
+# epochfs-run: a launcher over the Python package in python/ (pure Python),
+# which the build tree runs from where it is.
+$(BUILD)/epochfs-run: tools/epochfs-run.sh | $(DEPS_STAMP)
+	$(call say,GEN,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)sed 's|@PYTHONDIR@|$(CURDIR)/python|' $< > $@ && chmod +x $@
 
 $(DEPS_STAMP): tools/install-deps.sh
 	$(Q)pkg-config --exists $(PKGS) criterion libsodium && command -v fio >/dev/null \
 	   && command -v fusermount3 >/dev/null && command -v pgrep >/dev/null && command -v clang >/dev/null \
 	   && command -v ip >/dev/null && command -v nsenter >/dev/null && command -v nft >/dev/null \
+	   && /usr/bin/python3 -c 'import torchvision' 2>/dev/null \
 	   || bash tools/install-deps.sh
 	$(Q)mkdir -p $(@D) && touch $@
 

@@ -234,6 +234,9 @@ int main(int argc, char **argv)
 		.prep_threads = o.prep_threads, .prep_timeout = o.prep_timeout,
 		.prep_ahead = o.prep_ahead,
 		.keep_source_cache = o.keep_source_cache, .manifest = o.manifest,
+		.no_order = o.no_order, .prefetch_mem = o.prefetch_mem, .prefetch_window = o.prefetch_window,
+		.order_expire = o.order_expire,
+		.page_cache = o.page_cache, .no_mem_watch = o.no_mem_watch,
 	};
 	if (core_open(&co, &core) < 0) {
 		ops_session_free(sess);

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -42,6 +43,17 @@ struct change {
 	char name[256];
 };
 
+/* A file whose pages the kernel is asked to drop once DUE (struct notifier):
+ * it was read to its end while memory is tight (core_set_copy_drop). The
+ * delay lets its reader finish with the pages first. */
+struct drop {
+	uint64_t node;
+	double due;
+};
+
+#define DROP_DELAY_S 2.0
+#define DROP_QUEUE 65536            /* drops waiting at most; more are not queued */
+
 /* Changes are told to the kernel by a thread of their own, never by the
  * thread that found them: that may be a FUSE worker inside a LOOKUP of the
  * very directory whose dentry the notice invalidates (the kernel would wait
@@ -49,9 +61,11 @@ struct change {
  * notice must drop. */
 struct notifier {
 	pthread_mutex_t lock;
-	pthread_cond_t cond;
+	pthread_cond_t cond;        /* CLOCK_MONOTONIC */
 	struct change *q;           /* ring, under lock */
 	size_t head, len, cap;
+	struct drop *d;             /* ring of page drops, under lock, in due order */
+	size_t dhead, dlen;
 	int stop;
 	pthread_t th;
 	int started;
@@ -462,6 +476,25 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 	erofs(req);
 }
 
+/* ---- what the kernel caches above the mount (the prefetcher asks) ---- */
+
+/* Asks the kernel for the first page of NODE's file: a reply with bytes
+ * means it caches the file (a training read takes a file whole). */
+static int probe_kernel(void *arg, uint64_t node, void *cookie)
+{
+	struct ops_session *s = arg;
+
+	return fuse_lowlevel_notify_retrieve(s->se, node, 4096, 0, cookie);
+}
+
+static void op_retrieve_reply(fuse_req_t req, void *cookie, fuse_ino_t ino, off_t offset,
+			      struct fuse_bufvec *bufv)
+{
+	(void)ino, (void)offset;
+	core_probe_answer(C(req), cookie, fuse_buf_size(bufv) > 0);
+	fuse_reply_none(req);
+}
+
 static const struct fuse_lowlevel_ops ops = {
 	.init = op_init,
 	.lookup = op_lookup,
@@ -493,6 +526,7 @@ static const struct fuse_lowlevel_ops ops = {
 	.setxattr = op_setxattr,
 	.removexattr = op_removexattr,
 	.fallocate = op_fallocate,
+	.retrieve_reply = op_retrieve_reply,
 	/* .flush left out on purpose: ENOSYS once, then the kernel stops
 	 * sending FLUSH on every close(). */
 };
@@ -510,6 +544,14 @@ static void tell_kernel(struct ops_session *s, const struct change *ch)
 	fuse_lowlevel_notify_inval_inode(s->se, ch->old, 0, 0);
 }
 
+static double mono_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec / 1e9;
+}
+
 static void *notifier_main(void *arg)
 {
 	struct ops_session *s = arg;
@@ -517,19 +559,59 @@ static void *notifier_main(void *arg)
 
 	pthread_mutex_lock(&n->lock);
 	for (;;) {
-		while (!n->len && !n->stop)
+		while (!n->len && !n->dlen && !n->stop)
 			pthread_cond_wait(&n->cond, &n->lock);
 		if (n->stop)
 			break;
-		struct change ch = n->q[n->head];
-		n->head = (n->head + 1) % n->cap;
-		n->len--;
+		if (n->len) {
+			struct change ch = n->q[n->head];
+			n->head = (n->head + 1) % n->cap;
+			n->len--;
+			pthread_mutex_unlock(&n->lock);
+			tell_kernel(s, &ch);
+			pthread_mutex_lock(&n->lock);
+			continue;
+		}
+		struct drop d = n->d[n->dhead];
+		double now = mono_s();
+		if (d.due > now) {
+			/* Sleep until the oldest is due, or something new comes. */
+			struct timespec dl;
+			double at = d.due;
+			dl.tv_sec = (time_t)at;
+			dl.tv_nsec = (long)((at - (double)dl.tv_sec) * 1e9);
+			pthread_cond_timedwait(&n->cond, &n->lock, &dl);
+			continue;
+		}
+		n->dhead = (n->dhead + 1) % DROP_QUEUE;
+		n->dlen--;
 		pthread_mutex_unlock(&n->lock);
-		tell_kernel(s, &ch);
+		/* Pages and attributes (the kernel has no call for pages alone):
+		 * the next open of the file asks for its attributes again. */
+		fuse_lowlevel_notify_inval_inode(s->se, d.node, 0, 0);
 		pthread_mutex_lock(&n->lock);
 	}
 	pthread_mutex_unlock(&n->lock);
 	return NULL;
+}
+
+/* The core asks: drop NODE's pages a moment from now. Read paths; never blocks
+ * for long (one mutex). */
+static void on_copy_drop(void *arg, uint64_t node)
+{
+	struct ops_session *s = arg;
+	struct notifier *n = &s->nt;
+
+	pthread_mutex_lock(&n->lock);
+	if (!n->d)
+		n->d = calloc(DROP_QUEUE, sizeof(*n->d));
+	if (n->d && n->dlen < DROP_QUEUE) {
+		n->d[(n->dhead + n->dlen) % DROP_QUEUE] = (struct drop){ .node = node,
+									   .due = mono_s() + DROP_DELAY_S };
+		if (!n->dlen++)
+			pthread_cond_signal(&n->cond);
+	}
+	pthread_mutex_unlock(&n->lock);
 }
 
 static void on_change(void *arg, uint64_t parent, const char *name, uint64_t old)
@@ -602,7 +684,13 @@ int ops_session_new(const struct ops_config *cfg, struct ops_session **out)
 	s->cfg = *cfg;
 	s->log_fd = -1;
 	pthread_mutex_init(&s->nt.lock, NULL);
-	pthread_cond_init(&s->nt.cond, NULL);
+	{
+		pthread_condattr_t ca;      /* the drops' deadlines are monotonic */
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&s->nt.cond, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	/* fsname=SOURCE (commas and backslashes escaped for libfuse's option
 	 * parser): df and /proc/self/mountinfo show what is mounted, and a
 	 * later epochfs finds the SOURCE behind a mount it is asked to read. */
@@ -659,6 +747,8 @@ int ops_session_run(struct ops_session *s, struct core *c)
 	/* Threads only now: fuse_daemonize() forks. */
 	lc = fuse_loop_cfg_create();
 	core_set_change_cb(c, on_change, s);
+	core_set_probe(c, probe_kernel, s);
+	core_set_copy_drop(c, on_copy_drop, s);
 	if (notifier_start(s) < 0 || core_start(c) < 0) {
 		ret = -EIO;
 	} else if (!lc) {
@@ -695,5 +785,6 @@ void ops_session_free(struct ops_session *s)
 	pthread_mutex_destroy(&s->nt.lock);
 	pthread_cond_destroy(&s->nt.cond);
 	free(s->nt.q);
+	free(s->nt.d);
 	free(s);
 }

@@ -8,13 +8,16 @@
 
 #include "core.h"
 #include "options.h"
+#include "prefetch.h"
+#include "pressure.h"
 
 enum {
 	OPT_THREADS = 256, OPT_SCAN_THREADS, OPT_TIMEOUT, OPT_NO_WATCH, OPT_OPEN, OPT_LOG,
 	OPT_CACHE_SIZE, OPT_CACHE_CHUNK, OPT_VERIFY, OPT_SCRUB_RATE, OPT_KEEP_SOURCE_CACHE, OPT_PREFAULT, OPT_NO_PREP, OPT_PREP_MEM,
 	OPT_PREP_THREADS, OPT_PREP_TIMEOUT, OPT_PREP_AHEAD, OPT_PEERS, OPT_PEERS_FILE, OPT_RANK,
 	OPT_PEER_PORT, OPT_PEER_LISTEN, OPT_SECRET_FILE, OPT_INSECURE_PEERS, OPT_PEER_TIMEOUT,
-	OPT_CACHE_REMOTE, OPT_NO_PEERS, OPT_MANIFEST,
+	OPT_CACHE_REMOTE, OPT_NO_PEERS, OPT_MANIFEST, OPT_PREFETCH_MEM, OPT_PREFETCH_WINDOW, OPT_ORDER_EXPIRE,
+	OPT_NO_ORDER, OPT_PAGE_CACHE, OPT_NO_MEM_WATCH,
 };
 
 static const struct option longopts[] = {
@@ -34,6 +37,12 @@ static const struct option longopts[] = {
 	{ "scrub-rate", required_argument, NULL, OPT_SCRUB_RATE },
 	{ "keep-source-cache", no_argument, NULL, OPT_KEEP_SOURCE_CACHE },
 	{ "manifest", required_argument, NULL, OPT_MANIFEST },
+	{ "prefetch-mem", required_argument, NULL, OPT_PREFETCH_MEM },
+	{ "prefetch-window", required_argument, NULL, OPT_PREFETCH_WINDOW },
+	{ "order-expire", required_argument, NULL, OPT_ORDER_EXPIRE },
+	{ "no-order", no_argument, NULL, OPT_NO_ORDER },
+	{ "page-cache", required_argument, NULL, OPT_PAGE_CACHE },
+	{ "no-mem-watch", no_argument, NULL, OPT_NO_MEM_WATCH },
 	{ "prefault", required_argument, NULL, OPT_PREFAULT },
 	{ "no-prep", no_argument, NULL, OPT_NO_PREP },
 	{ "prep-mem", required_argument, NULL, OPT_PREP_MEM },
@@ -113,6 +122,17 @@ void options_usage(void *fp, const char *prog)
 		"      --cache-remote   let spare cache budget keep items other nodes own\n"
 		"      --keep-source-cache  leave what the daemon reads in SOURCE's page cache\n"
 		"                       (default: drop it; the RAM cache holds the copy)\n"
+		"prefetch and memory (docs/prefetch.md):\n"
+		"      --prefetch-mem SIZE  memory for files fetched ahead of a job that wrote its\n"
+		"                       order to .epochfs/order/ (epochfs-run does; default 64M;\n"
+		"                       0: orders are followed, nothing fetched ahead)\n"
+		"      --prefetch-window N  files fetched past where a job reads (default 4096)\n"
+		"      --order-expire SEC  drop an order no read or write touched for SEC (default 300)\n"
+		"      --no-order       no .epochfs/order/ channel at all\n"
+		"      --page-cache auto|keep|drop  the kernel's copy of each file read through\n"
+		"                       the mount: keep it, drop it once read, or (auto, the\n"
+		"                       default) drop it only while memory cannot hold the dataset\n"
+		"      --no-mem-watch   never pause or shrink the cache under memory pressure\n"
 		"  -h, --help           print this help\n"
 		"  -V, --version        print the version\n",
 		prog, OPTIONS_DEFAULT_THREADS, CORE_TIMEOUT_WATCHED, CORE_TIMEOUT_UNWATCHED,
@@ -204,6 +224,7 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 	o->prep_timeout = OPTIONS_DEFAULT_PREP_TIMEOUT;
 	o->rank = -1;
 	o->peer_timeout = OPTIONS_DEFAULT_PEER_TIMEOUT;
+	o->prefetch_mem = PREFETCH_DEFAULT_MEM;
 	snprintf(o->peer_port, sizeof(o->peer_port), "%s", OPTIONS_DEFAULT_PEER_PORT);
 	err[0] = '\0';
 	optind = 0;                 /* full re-initialisation, so tests can call us again */
@@ -299,6 +320,34 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 			break;
 		case OPT_KEEP_SOURCE_CACHE:
 			o->keep_source_cache = 1;
+			break;
+		case OPT_PREFETCH_MEM:
+			if (options_parse_size(optarg, core_ram_bytes(), &o->prefetch_mem))
+				FAIL("--prefetch-mem %s: expected a size (K/M/G, or N%% of RAM), or 0", optarg);
+			break;
+		case OPT_PREFETCH_WINDOW:
+			if (options_parse_uint(optarg, 1, 1u << 24, &o->prefetch_window))
+				FAIL("--prefetch-window %s: expected a number of files from 1 to 16777216", optarg);
+			break;
+		case OPT_ORDER_EXPIRE:
+			if (parse_seconds(optarg, &o->order_expire) || o->order_expire < 0.1)
+				FAIL("--order-expire %s: expected seconds, at least 0.1", optarg);
+			break;
+		case OPT_NO_ORDER:
+			o->no_order = 1;
+			break;
+		case OPT_PAGE_CACHE:
+			if (!strcmp(optarg, "auto"))
+				o->page_cache = PAGE_CACHE_AUTO;
+			else if (!strcmp(optarg, "keep"))
+				o->page_cache = PAGE_CACHE_KEEP;
+			else if (!strcmp(optarg, "drop"))
+				o->page_cache = PAGE_CACHE_DROP;
+			else
+				FAIL("--page-cache %s: expected auto, keep or drop", optarg);
+			break;
+		case OPT_NO_MEM_WATCH:
+			o->no_mem_watch = 1;
 			break;
 		case OPT_MANIFEST:
 			if (!*optarg)

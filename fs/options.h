@@ -44,6 +44,12 @@ struct options {
 	int no_peers;               /* ignore SLURM's environment */
 	int keep_source_cache;      /* do not drop SOURCE's page cache after reads */
 	const char *manifest;       /* --manifest FILE, or NULL */
+	uint64_t prefetch_mem;      /* --prefetch-mem; 0: nothing fetched ahead */
+	unsigned prefetch_window;   /* --prefetch-window files; 0: default */
+	double order_expire;        /* --order-expire seconds; 0: default */
+	int no_order;               /* --no-order: no .epochfs/order/ */
+	int page_cache;             /* --page-cache: enum page_cache_mode */
+	int no_mem_watch;           /* --no-mem-watch */
 	int help, version;
 };
 

@@ -7,7 +7,8 @@ set -eu
 
 pkgs="build-essential pkg-config libfuse3-dev fuse3 liburing-dev libxxhash-dev
       libturbojpeg0-dev libjpeg62-turbo-dev libcriterion-dev libsodium-dev fio python3 procps
-      clang libclang-rt-14-dev iproute2 util-linux nftables"
+      clang libclang-rt-14-dev iproute2 util-linux nftables
+      python3-torchvision python3-numpy python3-pil"
 [ "${EPOCHFS_DEPS_EXTRA:-}" ] && pkgs="$pkgs $EPOCHFS_DEPS_EXTRA"
 
 missing=""

@@ -13,7 +13,11 @@
  * images the workers made per second and the cores they kept busy (worker
  * CPU-seconds per second: near the worker count, prep is CPU-bound and more
  * cores would buy more; well under it, the consumers are the limit). The
- * header is printed again when either set of columns appears or goes.
+ * With orders (order_streams > 0, or anything prefetched since the mount),
+ * the MB/s fetched ahead of the readers, the reads served from staging per
+ * second, the late ones (the reader got there first), the MB/s of staged
+ * bytes freed unread, and the staging in use. The header is printed again
+ * when a set of columns appears or goes.
  *
  * Reads the kernel answers from its own page cache never reach the daemon,
  * so they are in none of these numbers (docs/design.md, "Counters").
@@ -49,11 +53,12 @@ static double get(const struct snap *s, const char *k)
 }
 
 /* Which optional column sets a snapshot calls for. */
-enum { COL_PEERS = 1, COL_PREP = 2 };
+enum { COL_PEERS = 1, COL_PREP = 2, COL_PREFETCH = 4 };
 
 static int columns(const struct snap *s)
 {
-	return (get(s, "peer_nodes") > 0 ? COL_PEERS : 0) | (get(s, "prep_groups") > 0 ? COL_PREP : 0);
+	return (get(s, "peer_nodes") > 0 ? COL_PEERS : 0) | (get(s, "prep_groups") > 0 ? COL_PREP : 0) |
+	       (get(s, "order_streams") > 0 || get(s, "prefetch_bytes") > 0 ? COL_PREFETCH : 0);
 }
 
 static void usage(FILE *f)
@@ -66,7 +71,9 @@ static void usage(FILE *f)
 		"MB/s read from storage, and the cache's fill. The first line averages\n"
 		"everything since the mount. With peers: MB/s fetched from and served to\n"
 		"other nodes, and how many of them are up. With prep groups: images made\n"
-		"per second and the cores the prep workers kept busy. Reads answered by\n"
+		"per second and the cores the prep workers kept busy. With orders\n"
+		"(.epochfs/order/, epochfs-run): MB/s fetched ahead, reads/s served from\n"
+		"staging, late reads/s, MB/s wasted, staging MiB. Reads answered by\n"
 		"the kernel's page cache never reach the daemon and are not counted.\n"
 		"  --interval SEC  seconds between lines (default 1; fractions allowed)\n"
 		"  --count N       stop after N lines (default: until interrupted)\n"
@@ -92,6 +99,9 @@ static void line(const struct snap *a, const struct snap *b, int json, int cols)
 	double pin = delta(a, b, "peer_read_bytes"), pout = delta(a, b, "peer_served_bytes");
 	double perr = delta(a, b, "peer_errors"), up = get(b, "peers_up"), nodes = get(b, "peer_nodes");
 	double img = delta(a, b, "prep_images"), cpu = delta(a, b, "prep_cpu_seconds");
+	double pfb = delta(a, b, "prefetch_bytes"), pfh = delta(a, b, "prefetch_hits");
+	double pfl = delta(a, b, "prefetch_late"), pfw = delta(a, b, "prefetch_wasted_bytes");
+	double staged = get(b, "prefetch_staged_bytes"), streams = get(b, "order_streams");
 
 	if (dt <= 0)
 		dt = 1e-9;
@@ -105,10 +115,14 @@ static void line(const struct snap *a, const struct snap *b, int json, int cols)
 		       "\"cache_items\": %.0f, \"read_errors\": %.0f, \"cache_corrupt\": %.0f, "
 		       "\"peer_nodes\": %.0f, \"peers_up\": %.0f, \"peer_read_mb_s\": %.3f, "
 		       "\"peer_served_mb_s\": %.3f, \"peer_errors\": %.0f, "
-		       "\"prep_images_per_s\": %.3f, \"prep_cores\": %.3f}\n",
+		       "\"prep_images_per_s\": %.3f, \"prep_cores\": %.3f, \"order_streams\": %.0f, "
+		       "\"prefetch_mb_s\": %.3f, \"prefetch_hits_per_s\": %.1f, "
+		       "\"prefetch_late_per_s\": %.1f, \"prefetch_wasted_mb_s\": %.3f, "
+		       "\"prefetch_staged_bytes\": %.0f}\n",
 		       a ? "false" : "true", dt, rb / 1e6 / dt, rd / dt, hs, sb / 1e6 / dt, used, cap,
 		       get(b, "cache_items"), err, bad, nodes, up, pin / 1e6 / dt, pout / 1e6 / dt, perr,
-		       img / dt, cpu / dt);
+		       img / dt, cpu / dt, streams, pfb / 1e6 / dt, pfh / dt, pfl / dt, pfw / 1e6 / dt,
+		       staged);
 	} else {
 		char hs[16] = "     -", fill[16] = "   off";
 		if (!isnan(hit))
@@ -125,6 +139,9 @@ static void line(const struct snap *a, const struct snap *b, int json, int cols)
 		}
 		if (cols & COL_PREP)
 			printf(" %9.0f %6.2f", img / dt, cpu / dt);
+		if (cols & COL_PREFETCH)
+			printf(" %10.1f %8.0f %6.0f %10.1f %9.1f", pfb / 1e6 / dt, pfh / dt, pfl / dt,
+			       pfw / 1e6 / dt, staged / 1048576.0);
 		putchar('\n');
 	}
 	fflush(stdout);
@@ -138,6 +155,8 @@ static void header(int cols)
 		printf(" %9s %9s %6s %7s", "peer MB/s", "served", "up", "perr");
 	if (cols & COL_PREP)
 		printf(" %9s %6s", "prep im/s", "cores");
+	if (cols & COL_PREFETCH)
+		printf(" %10s %8s %6s %10s %9s", "ahead MB/s", "staged/s", "late", "waste MB/s", "stage MiB");
 	putchar('\n');
 }
 

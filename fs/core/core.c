@@ -15,12 +15,15 @@
 
 #include "core_int.h"
 #include "log.h"
+#include "memwatch.h"
 
 uint64_t core_ram_bytes(void)
 {
 	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+	uint64_t ram = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
+	uint64_t limit = memwatch_limit_bytes();    /* the cgroup's, if tighter */
 
-	return pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
+	return limit && (!ram || limit < ram) ? limit : ram;
 }
 
 /* Sizes and creates the RAM cache. The default is a quarter of RAM, but no
@@ -176,6 +179,12 @@ int core_open(const struct core_opts *o, struct core **out)
 		goto fail;
 	if (o->prep && (err = prep_setup(c, o)) < 0)
 		goto fail;
+	if (!o->no_order) {
+		struct prefetch_opts po = { .mem = o->prefetch_mem, .window = o->prefetch_window,
+					     .expire_s = o->order_expire };
+		if ((err = prefetch_new(c, &po, &c->pf)) < 0)
+			goto fail;
+	}
 	core_set_change_cb(c, NULL, NULL);      /* counts changes until the adapter listens */
 	*out = c;
 	return 0;
@@ -274,6 +283,16 @@ int core_start(struct core *c)
 		}
 	}
 	settle_timeout(c);
+	if (c->opts.no_mem_watch) {
+		__atomic_store_n(&c->drop_copies, c->opts.page_cache == PAGE_CACHE_DROP, __ATOMIC_RELAXED);
+	} else if ((err = pressure_start(c, (enum page_cache_mode)c->opts.page_cache, &c->pressure)) < 0) {
+		log_error("cannot start the memory watcher: %s", strerror(-err));
+		return err;
+	}
+	if (c->pf && (err = prefetch_start(c->pf)) < 0) {
+		log_error("cannot start the prefetch thread: %s", strerror(-err));
+		return err;
+	}
 	if (c->peer.start && (err = c->peer.start(c->peer.ctx)) < 0) {
 		log_error("cannot start the peer thread: %s", strerror(-err));
 		return err;
@@ -286,12 +305,14 @@ void core_close(struct core *c)
 	if (!c)
 		return;
 	prepdir_free(c->prep);      /* its groups read through the core (and peers): first */
+	prefetch_free(c->pf);       /* its fetches too, and prep's reads tell it of progress */
 	if (c->peer.stop) {         /* it serves and fetches through the core: next */
 		c->peer.stop(c->peer.ctx);
 		memset(&c->peer, 0, sizeof(c->peer));
 		c->nsources = 0;        /* the peer source was the only one */
 	}
 	watch_stop(c->watch);
+	pressure_stop(c->pressure); /* it shrinks the cache: before the cache goes */
 	maint_stop(c->maint);
 	storage_free(c->st);
 	control_free(c->ctl);
@@ -307,6 +328,23 @@ void core_close(struct core *c)
 void core_set_peer_hooks(struct core *c, const struct core_peer_hooks *h)
 {
 	c->peer = *h;
+}
+
+void core_set_probe(struct core *c, core_probe_fn fn, void *arg)
+{
+	c->probe = fn;
+	c->probe_arg = arg;
+}
+
+void core_set_copy_drop(struct core *c, core_copy_fn fn, void *arg)
+{
+	c->copy_fn = fn;
+	c->copy_arg = arg;
+}
+
+void core_probe_answer(struct core *c, void *cookie, int resident)
+{
+	prefetch_probed(c->pf, cookie, resident);
 }
 
 struct stats *core_stats(struct core *c)

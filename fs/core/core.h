@@ -65,6 +65,13 @@ struct core_opts {
 	uint64_t prefault_window;   /* arena bytes kept resident ahead of the fill; 0: none */
 	int keep_source_cache;      /* leave SOURCE's page cache alone after reads */
 	const char *manifest;       /* checksums to verify loads and peer replies against, or NULL */
+	int no_order;               /* no .epochfs/order/ at all */
+	uint64_t prefetch_mem;      /* staging bytes for prefetched items; 0: orders are taken,
+				     * nothing is fetched ahead */
+	unsigned prefetch_window;   /* files fetched past a stream's head; 0: default */
+	double order_expire;        /* an idle order is dropped after this; 0: default (300 s) */
+	int page_cache;             /* enum page_cache_mode: the kernel's copies of files */
+	int no_mem_watch;           /* no pressure thread: the cache never pauses or shrinks */
 	int prep;                   /* serve .prep/ */
 	uint64_t prep_mem;          /* bytes of made batches per group; 0: default */
 	unsigned prep_threads;      /* workers per group; 0: one per CPU */
@@ -72,7 +79,10 @@ struct core_opts {
 	unsigned prep_ahead;        /* batches made past the furthest read; 0: default */
 };
 
-/* Bytes of physical memory (0 if unknown): the base of "N%" sizes. */
+/* The memory the daemon may use (0 if unknown): physical memory, or its
+ * memory cgroup's limit where that is smaller. The base of "N%" sizes and
+ * of the default --cache-size, so a cache in a 16 GiB container takes a
+ * quarter of 16 GiB, not of the host's RAM. */
 uint64_t core_ram_bytes(void);
 
 /* Opens and scans SOURCE (its threads are joined before it returns).
@@ -164,6 +174,23 @@ void core_forget(struct core *c, uint64_t node, uint64_t nlookup);
  * PARENT, and what it caches of OLD (the node readers may still hold). */
 typedef void (*core_change_fn)(void *arg, uint64_t parent, const char *name, uint64_t old);
 void core_set_change_cb(struct core *c, core_change_fn fn, void *arg);
+
+/* Asks the kernel above the mount whether it caches the start of data
+ * NODE's file (the prefetcher fetches only what neither the RAM cache nor
+ * the kernel holds). 0: the answer comes later, through
+ * core_probe_answer(C, COOKIE, resident); -errno: no answer will come (the
+ * kernel does not know the node: not cached). Set by the adapter before
+ * core_start(); without it, nothing is taken for cached above the mount. */
+typedef int (*core_probe_fn)(void *arg, uint64_t node, void *cookie);
+void core_set_probe(struct core *c, core_probe_fn fn, void *arg);
+void core_probe_answer(struct core *c, void *cookie, int resident);
+
+/* Asks the adapter to drop the kernel's copy of data NODE's pages a moment
+ * from now: the file was just read to its end and memory is too tight for
+ * the kernel's page cache to hold the dataset (fs/core/pressure.h). Called
+ * on read paths; must not block. Set before core_start(). */
+typedef void (*core_copy_fn)(void *arg, uint64_t node);
+void core_set_copy_drop(struct core *c, core_copy_fn fn, void *arg);
 
 /* How long a check of an entry against SOURCE stays valid: --timeout, or
  * the CORE_TIMEOUT_* default settled by core_start(). Nothing in the kernel

@@ -12,6 +12,8 @@
 #include "index.h"
 #include "maint.h"
 #include "manifest.h"
+#include "prefetch.h"
+#include "pressure.h"
 #include "prepdir.h"
 #include "source.h"
 #include "storage.h"
@@ -30,6 +32,9 @@ struct core {
 	struct maint *maint;        /* the cache's background thread; NULL: none */
 	struct prepdir *prep;       /* .prep/; NULL with --no-prep */
 	struct manifest *man;       /* --manifest, bound to the index; NULL: none */
+	struct prefetch *pf;        /* order-aware prefetch and .epochfs/order/ */
+	struct pressure *pressure;  /* the memory watcher; NULL with --no-mem-watch */
+	int drop_copies;            /* atomic: ask the kernel to drop files' copies once read */
 	uint64_t man_files, man_unverified;     /* records bound; files it cannot check */
 	struct source sources[CORE_MAX_SOURCES];        /* tried in order; storage last */
 	int nsources;
@@ -42,6 +47,10 @@ struct core {
 	uint64_t remote_used;           /* atomic: cache bytes admitted for remote items */
 	core_change_fn change_fn;       /* set before core_start(), cleared after the loop */
 	void *change_arg;
+	core_probe_fn probe;            /* set before core_start() */
+	void *probe_arg;
+	core_copy_fn copy_fn;           /* set before core_start() */
+	void *copy_arg;
 };
 
 /* Data nodes: index entry ID at generation GEN. The generation keeps 31
@@ -53,12 +62,27 @@ static inline uint64_t core_data_node(uint32_t id, uint32_t gen)
 }
 
 /* read.c: reads LEN bytes at OFF of data file ID as of generation GEN (the
- * read path behind core_read()). */
-void core_read_data(struct core *c, uint32_t id, uint32_t gen, off_t off, size_t len,
+ * read path behind core_read()). KERNEL: the read comes from the kernel above
+ * the mount (which keeps a copy of what it reads, unless told to drop it). */
+void core_read_data(struct core *c, uint32_t id, uint32_t gen, off_t off, size_t len, int kernel,
 		    core_read_fn done, void *arg);
 
 /* metrics.c: renders a control file (control.h's render callback). */
 int core_render(void *arg, enum control_file f, char *buf, size_t len);
+
+/* read.c, for the prefetcher: fetches item CHUNK of file ID (version A)
+ * ahead of its readers. Already cached or loading: DONE(ARG, 0, 1). Admitted
+ * by the RAM cache now: loaded there, then DONE(ARG, bytes or -errno, 1).
+ * Else STAGE(ARG, len) gives the buffer to read the sources into (NULL: no
+ * room, DONE(ARG, -ENOSPC, 0)), then DONE(ARG, bytes or -errno, 0). DONE
+ * runs once, on any thread, with no core lock held. */
+struct core_prefetch_cb {
+	void *(*stage)(void *arg, size_t len);
+	void (*done)(void *arg, ssize_t res, int cached);
+	void *arg;
+};
+void core_prefetch_item(struct core *c, uint32_t id, const struct index_attr *a, uint32_t chunk,
+			const struct core_prefetch_cb *cb);
 
 /* The index entry of path REL (LEN bytes) below SOURCE, not gone: 0 and
  * *A, or -ENOENT / -ENAMETOOLONG. */

@@ -53,6 +53,34 @@ int core_samples(struct core *c, struct sample *out, int max)
 	COUNTER("cache_scrubbed_bytes", "Bytes the background scrubber re-checked", cs.scrubbed_bytes);
 	COUNTER("cache_scrub_passes", "Full passes of the scrubber over the cache", cs.scrub_passes);
 	GAUGE("cache_prefaulted_bytes", "Arena bytes made resident ahead of the fill", cs.prefaulted);
+	GAUGE("cache_limit_bytes", "Admissions stop here: the capacity, less while memory is tight", cs.limit);
+	COUNTER("cache_given_back_bytes", "Cache bytes given back to the kernel under memory pressure",
+		cs.given_back);
+	COUNTER("cache_given_back_items", "Cached items dropped with them", cs.given_back_items);
+	struct pressure_stats ms = { 0 };
+	if (c->pressure)
+		pressure_get_stats(c->pressure, &ms);
+	GAUGE("mem_limit_bytes", "Memory the daemon's cgroup (or machine) may use", ms.limit);
+	GAUGE("mem_room_bytes", "Of it, what is left: limit - anonymous, shared and mapped memory", ms.room);
+	GAUGE("mem_refaults_per_s", "File pages read back soon after the kernel evicted them", ms.refaults_per_s);
+	GAUGE("mem_state", "0 calm (the cache admits), 1 paused (no admission), 2 giving back", ms.state);
+	GAUGE("mem_drop_page_cache", "1 while files' kernel copies are dropped once read", ms.drop_copies);
+	COUNTER("mem_pauses", "Times the cache stopped admitting for lack of memory", ms.pauses);
+	struct prefetch_stats fs = { 0 };
+	if (c->pf)
+		prefetch_get_stats(c->pf, &fs);
+	GAUGE("order_streams", "Orders written to .epochfs/order/ being followed", fs.streams);
+	COUNTER("order_paths", "Paths taken into orders", fs.order_paths);
+	COUNTER("order_unknown", "Order paths no indexed file has (skipped)", fs.order_unknown);
+	COUNTER("prefetch_bytes", "Bytes fetched ahead of the readers (into the RAM cache or staging)",
+		fs.fetched_bytes);
+	COUNTER("prefetch_cached_bytes", "Of prefetch_bytes, admitted into the RAM cache", fs.cached_bytes);
+	COUNTER("prefetch_hits", "Reads served from staged (prefetched) items", fs.hits);
+	COUNTER("prefetch_late", "Reads that waited for a prefetch on its way, or came before it", fs.late);
+	COUNTER("prefetch_wasted_bytes", "Staged bytes freed unread", fs.wasted_bytes);
+	COUNTER("prefetch_resident", "Files not fetched: the kernel caches them above the mount", fs.resident);
+	GAUGE("prefetch_staged_bytes", "Bytes staged now (prefetched, not read yet)", fs.staged_bytes);
+	GAUGE("prefetch_staged_peak_bytes", "The most bytes staged at once", fs.staged_peak);
 	GAUGE("manifest_files", "Files the manifest (--manifest) checks", c->man_files);
 	GAUGE("manifest_unverified", "Files the manifest cannot check (not in it, or another size): storage only",
 	      c->man_unverified);

@@ -1,7 +1,8 @@
 /* nodes.c - the core's namespaces behind one dispatch point; see core.h.
  *
- * Three namespaces share the kernel's node numbers: the dataset (index
- * entries at a generation), .epochfs/ (control.c) and .prep/ (prepdir.c).
+ * Four namespaces share the kernel's node numbers: the dataset (index
+ * entries at a generation), .epochfs/ (control.c), its order/ directory
+ * (prefetch.c) and .prep/ (prepdir.c).
  * ns_of() tells them apart once, and every operation is one switch over
  * it, so no caller depends on asking the right question first (prep nodes
  * carry the control bit too). The adapter sees attributes, not modules.
@@ -24,12 +25,14 @@
 #include "log.h"
 #include "path.h"
 
-enum ns { NS_DATA, NS_CONTROL, NS_PREP };
+enum ns { NS_DATA, NS_CONTROL, NS_ORDER, NS_PREP };
 
 static enum ns ns_of(uint64_t node)
 {
 	if (prepdir_is_node(node))
 		return NS_PREP;
+	if (prefetch_is_node(node))
+		return NS_ORDER;
 	return control_is_node(node) ? NS_CONTROL : NS_DATA;
 }
 
@@ -60,6 +63,16 @@ static void control_attr(const struct control_attr *ca, double valid, struct cor
 		.nlink = ca->is_dir ? 2 : 1, .uid = getuid(), .gid = getgid(), .blksize = 4096,
 		.ino = ca->node & ~CONTROL_NODE_BIT, .size = ca->size, .valid = valid,
 		.flags = ca->is_dir ? 0 : CORE_F_DIRECT_IO | CORE_F_NEW_NODE,
+	};
+}
+
+static void order_attr(const struct prefetch_attr *oa, struct core_attr *a)
+{
+	*a = (struct core_attr){
+		.node = oa->node, .mode = oa->is_dir ? S_IFDIR | 0755 : S_IFREG | 0644,
+		.nlink = oa->is_dir ? 2 : 1, .uid = getuid(), .gid = getgid(), .blksize = 4096,
+		.ino = oa->node & 0xffffffffffffull, .size = oa->size,
+		.flags = oa->is_dir ? 0 : CORE_F_DIRECT_IO | CORE_F_NEW_NODE,
 	};
 }
 
@@ -118,6 +131,7 @@ static int data_lookup(struct core *c, uint32_t parent, const char *name, struct
 
 int core_lookup(struct core *c, uint64_t parent, const char *name, struct core_attr *a)
 {
+	struct prefetch_attr oa;
 	struct prepdir_attr pa;
 	struct control_attr ca;
 	int err;
@@ -130,7 +144,18 @@ int core_lookup(struct core *c, uint64_t parent, const char *name, struct core_a
 			return err;
 		prep_attr(&pa, 0, a);
 		return 0;
+	case NS_ORDER:
+		if ((err = prefetch_lookup(c->pf, parent, name, &oa)) < 0)
+			return err;
+		order_attr(&oa, a);
+		return 0;
 	case NS_CONTROL:
+		if (parent == CONTROL_DIR_NODE && c->pf && !strcmp(name, ORDER_DIR_NAME)) {
+			oa = (struct prefetch_attr){ .node = ORDER_DIR_NODE, .is_dir = 1 };
+			order_attr(&oa, a);
+			a->valid = c->timeout;
+			return 0;
+		}
 		if ((err = control_lookup(c->ctl, parent, name, &ca)) < 0)
 			return err;
 		control_attr(&ca, 0, a);    /* a fresh snapshot per lookup (control.h) */
@@ -143,6 +168,7 @@ int core_lookup(struct core *c, uint64_t parent, const char *name, struct core_a
 
 int core_getattr(struct core *c, uint64_t node, struct core_attr *a)
 {
+	struct prefetch_attr oa;
 	struct prepdir_attr pa;
 	struct control_attr ca;
 	struct index_attr ia;
@@ -154,6 +180,15 @@ int core_getattr(struct core *c, uint64_t node, struct core_attr *a)
 		if ((err = prepdir_getattr(c->prep, node, &pa)) < 0)
 			return err;
 		prep_attr(&pa, 0, a);
+		return 0;
+	case NS_ORDER:
+		if (!c->pf)
+			return -ENOENT;
+		if ((err = prefetch_getattr(c->pf, node, &oa)) < 0)
+			return err;
+		order_attr(&oa, a);
+		if (oa.is_dir)
+			a->valid = c->timeout;
 		return 0;
 	case NS_CONTROL:
 		if ((err = control_getattr(c->ctl, node, &ca)) < 0)
@@ -229,6 +264,11 @@ static int control_dirent_at(struct core *c, uint64_t dir, uint64_t *pos, struct
 
 	if (dir != CONTROL_DIR_NODE)
 		return -ENOTDIR;
+	if (*pos - 2 == CONTROL__FILES && c->pf) {
+		snprintf(d->name, sizeof(d->name), "%s", ORDER_DIR_NAME);
+		d->attr = (struct core_attr){ .mode = S_IFDIR | 0755, .ino = *pos + 1 };
+		return 1;
+	}
 	if (*pos - 2 >= CONTROL__FILES || !(name = control_dirent(c->ctl, dir, (unsigned)(*pos - 2))))
 		return 0;
 	snprintf(d->name, sizeof(d->name), "%s", name);
@@ -270,6 +310,13 @@ int core_readdir(struct core *c, uint64_t dir, uint64_t *pos, struct core_dirent
 	switch (ns_of(dir)) {
 	case NS_PREP:
 		return prep_dirent(c, dir, pos, d);
+	case NS_ORDER:
+		if (dir != ORDER_DIR_NODE)
+			return -ENOTDIR;
+		if (!prefetch_dirent(c->pf, *pos - 2, d->name, sizeof(d->name)))
+			return 0;
+		d->attr = (struct core_attr){ .mode = S_IFREG | 0644, .ino = *pos + 1 };
+		return 1;
 	case NS_CONTROL:
 		return control_dirent_at(c, dir, pos, d);
 	case NS_DATA:
@@ -287,9 +334,11 @@ void core_read(struct core *c, uint64_t node, off_t off, size_t len, core_read_f
 		/* Answered now, or by the prep worker that makes the batch. */
 		prepdir_read(c->prep, node, len, off, done, arg);
 		return;
-	case NS_CONTROL: {
+	case NS_CONTROL:
+	case NS_ORDER: {
 		char *buf = malloc(len ? len : 1);
-		ssize_t n = buf ? control_read(c->ctl, node, buf, len, off) : -ENOMEM;
+		ssize_t n = !buf ? -ENOMEM : ns_of(node) == NS_ORDER ? prefetch_read(c->pf, node, buf, len, off)
+								     : control_read(c->ctl, node, buf, len, off);
 		done(arg, n, buf);
 		free(buf);
 		return;
@@ -297,7 +346,7 @@ void core_read(struct core *c, uint64_t node, off_t off, size_t len, core_read_f
 	case NS_DATA:
 		break;
 	}
-	core_read_data(c, data_id(node), data_gen(node), off, len, done, arg);
+	core_read_data(c, data_id(node), data_gen(node), off, len, 1, done, arg);
 }
 
 /* ---- what would write: .prep/ only ---- */
@@ -308,7 +357,7 @@ int core_open_check(struct core *c, uint64_t node, int flags, struct core_attr *
 
 	if (err)
 		return err;
-	if (ns_of(node) == NS_PREP)
+	if (ns_of(node) == NS_PREP || ns_of(node) == NS_ORDER)
 		return write && !(a->mode & S_IWUSR) ? -EROFS : 0;
 	if (write || (flags & O_TRUNC))
 		return -EROFS;
@@ -321,22 +370,39 @@ int core_access(struct core *c, uint64_t node, int mask)
 
 	if (!(mask & W_OK))
 		return 0;
-	/* .prep/ itself and its spec files take writes. */
+	/* .prep/ itself and its spec files take writes; so do .epochfs/order/
+	 * and its streams. */
 	if (ns_of(node) == NS_PREP && prepdir_getattr(c->prep, node, &pa) == 0 && pa.writable)
+		return 0;
+	if (ns_of(node) == NS_ORDER)
 		return 0;
 	return -EROFS;
 }
 
 ssize_t core_write(struct core *c, uint64_t node, const void *buf, size_t len, off_t off)
 {
-	return ns_of(node) == NS_PREP ? prepdir_write(c->prep, node, buf, len, off) : -EROFS;
+	switch (ns_of(node)) {
+	case NS_PREP:
+		return prepdir_write(c->prep, node, buf, len, off);
+	case NS_ORDER:
+		return prefetch_write(c->pf, node, buf, len, off);
+	default:
+		return -EROFS;
+	}
 }
 
 int core_create(struct core *c, uint64_t parent, const char *name, struct core_attr *a)
 {
+	struct prefetch_attr oa;
 	struct prepdir_attr pa;
 	int err;
 
+	if (ns_of(parent) == NS_ORDER) {
+		if ((err = prefetch_create(c->pf, parent, name, &oa)) < 0)
+			return err;
+		order_attr(&oa, a);
+		return 0;
+	}
 	if (ns_of(parent) != NS_PREP)
 		return -EROFS;
 	if ((err = prepdir_create(c->prep, parent, name, &pa)) < 0)
@@ -347,9 +413,17 @@ int core_create(struct core *c, uint64_t parent, const char *name, struct core_a
 
 int core_truncate(struct core *c, uint64_t node, off_t size, struct core_attr *a)
 {
+	struct prefetch_attr oa;
 	struct prepdir_attr pa;
 	int err;
 
+	if (ns_of(node) == NS_ORDER) {
+		if ((size >= 0 && (err = prefetch_truncate(c->pf, node, size)) < 0) ||
+		    (err = prefetch_getattr(c->pf, node, &oa)) < 0)
+			return err;
+		order_attr(&oa, a);
+		return 0;
+	}
 	if (ns_of(node) != NS_PREP)
 		return -EROFS;
 	if ((size >= 0 && (err = prepdir_truncate(c->prep, node, size)) < 0) ||
@@ -363,7 +437,14 @@ int core_truncate(struct core *c, uint64_t node, off_t size, struct core_attr *a
 
 int core_unlink(struct core *c, uint64_t parent, const char *name)
 {
-	return ns_of(parent) == NS_PREP ? prepdir_unlink(c->prep, parent, name) : -EROFS;
+	switch (ns_of(parent)) {
+	case NS_PREP:
+		return prepdir_unlink(c->prep, parent, name);
+	case NS_ORDER:
+		return prefetch_unlink(c->pf, parent, name);
+	default:
+		return -EROFS;
+	}
 }
 
 void core_release(struct core *c, uint64_t node)
@@ -383,6 +464,7 @@ void core_forget(struct core *c, uint64_t node, uint64_t nlookup)
 	case NS_CONTROL:
 		control_forget(c->ctl, node, nlookup);
 		break;
+	case NS_ORDER:          /* streams live until unlinked or idle */
 	case NS_DATA:
 		break;
 	}

@@ -34,6 +34,7 @@ enum read_kind {
 	RK_REQUEST,                 /* a whole request of a reader */
 	RK_PART,                    /* one item's share of a request spanning several */
 	RK_PEER,                    /* a peer's read (core_read_peer) */
+	RK_PREFETCH,                /* the prefetcher's, ahead of the readers (core_prefetch_item) */
 };
 
 /* One read past the hit path: a load, a wait on another read's load, or a
@@ -51,6 +52,7 @@ struct read_ctx {
 	int via_storage;            /* LOAD: storage answered (not a peer, which checks its own) */
 	core_read_fn done;
 	void *arg;
+	struct core_prefetch_cb pcb;        /* RK_PREFETCH: its callbacks instead of DONE */
 	struct source_item item;    /* what the sources and the admission hook are told */
 	int path_len;               /* < 0: not made yet (or the error making it) */
 	char path[4096];            /* the file's path below SOURCE */
@@ -162,15 +164,20 @@ int core_add_source(struct core *c, const struct source *s)
 
 /* ---- one item ---- */
 
+/* How many of item bytes (LEN long, at x->item_off) X's request takes. */
+static size_t served_of(const struct read_ctx *x, size_t len)
+{
+	size_t skip = (size_t)(x->off - x->item_off);
+
+	return x->len < len - skip ? x->len : len - skip;
+}
+
 /* Serves X from item bytes DATA (LEN long, at x->item_off). HIT: the bytes
  * cost this request no storage read (a cached item, or a load another
  * request made); the read that loads an item is a miss. */
 static void reply_from_item(struct read_ctx *x, const char *data, size_t len, int hit)
 {
-	size_t skip = (size_t)(x->off - x->item_off);
-	size_t n = x->len < len - skip ? x->len : len - skip;
-
-	reply(x, (ssize_t)n, data + skip, hit);
+	reply(x, (ssize_t)served_of(x, len), data + (x->off - x->item_off), hit);
 }
 
 static void wait_done(void *arg, const void *data, size_t len)
@@ -209,6 +216,12 @@ static void load_done(void *arg, ssize_t res, const void *buf)
 	int ok = res == (ssize_t)x->ref.len, keep = ok && (!x->via_storage || !x->c->man || load_checks(x));
 
 	(void)buf;
+	if (x->kind == RK_PREFETCH) {
+		cache_loaded(x->c->cache, &x->ref, keep);   /* readers waiting on it go now */
+		x->pcb.done(x->pcb.arg, keep ? (ssize_t)x->ref.len : res < 0 ? res : -EIO, 1);
+		free(x);
+		return;
+	}
 	/* Serve our own request first, then let the waiters go. A peer asking
 	 * for bytes we could not check gets an error and reads storage itself. */
 	if (ok && (keep || x->kind != RK_PEER))
@@ -219,7 +232,53 @@ static void load_done(void *arg, ssize_t res, const void *buf)
 	free(x);
 }
 
-/* With peers: may X's item (LEN bytes) take cache budget? */
+/* A prefetched item X waited for has landed (DATA NULL: its fetch failed). */
+static void staged_wait(void *arg, const void *data, size_t len)
+{
+	struct read_ctx *x = arg;
+	uint32_t chunk = x->item.chunk;
+
+	if (!data) {
+		prefetch_done_with(x->c->pf, x->id, chunk, 0);
+		fetch(x, 0, x->off, x->len, NULL, sources_done);
+		return;
+	}
+	size_t n = served_of(x, len);
+	reply_from_item(x, data, len, 0);
+	prefetch_done_with(x->c->pf, x->id, chunk, n);
+	free(x);
+}
+
+/* A reader's miss: takes the item from staging if it was fetched ahead (or
+ * waits for it if it is on its way). 1 if X is answered (or will be), 0 to
+ * read the sources. */
+static int take_staged(struct read_ctx *x, uint32_t chunk)
+{
+	struct prefetch *pf = x->c->pf;
+	const void *data;
+	size_t len;
+
+	switch (prefetch_take(pf, x->id, chunk, &x->a.v, &data, &len, staged_wait, x)) {
+	case PREFETCH_HIT: {
+		size_t n = served_of(x, len);
+		reply_from_item(x, data, len, 0);
+		prefetch_done_with(pf, x->id, chunk, n);
+		free(x);
+		return 1;
+	}
+	case PREFETCH_WAIT:
+		return 1;               /* staged_wait() finishes it */
+	case PREFETCH_NONE:
+		break;
+	}
+	return 0;
+}
+
+enum { ADMIT_NO, ADMIT_OWNED, ADMIT_REMOTE };
+
+/* With peers: may X's item (LEN bytes) take cache budget? ADMIT_REMOTE:
+ * LEN was charged to the remote budget; the caller refunds it (unadmit)
+ * unless the item is then really admitted (CACHE_LOAD). */
 static int may_admit(struct read_ctx *x, size_t len)
 {
 	struct core *c = x->c;
@@ -227,15 +286,25 @@ static int may_admit(struct read_ctx *x, size_t len)
 	struct source_item *it = item_of(x, &err);
 
 	if (!it)
-		return 0;
+		return ADMIT_NO;
 	if (c->peer.owns(c->peer.ctx, it))
-		return 1;
+		return ADMIT_OWNED;
 	if (!c->peer.remote_budget)
-		return 0;
+		return ADMIT_NO;
 	if (__atomic_add_fetch(&c->remote_used, len, __ATOMIC_RELAXED) <= c->peer.remote_budget)
-		return 1;
+		return ADMIT_REMOTE;
 	__atomic_sub_fetch(&c->remote_used, len, __ATOMIC_RELAXED);
-	return 0;
+	return ADMIT_NO;
+}
+
+/* The admission asked for by may_admit() did not happen (another read is
+ * loading the item, it landed meanwhile, or the arena is full): the remote
+ * budget gets its charge back. Without this, two requests racing for one
+ * item charged it twice, and the budget ran out before the items did. */
+static void unadmit(struct core *c, int how, size_t len, enum cache_result r)
+{
+	if (how == ADMIT_REMOTE && r != CACHE_LOAD)
+		__atomic_sub_fetch(&c->remote_used, len, __ATOMIC_RELAXED);
 }
 
 /* Reads [OFF, OFF+LEN) of file ID, version A, which lies inside one cache
@@ -262,6 +331,7 @@ static void read_item(struct core *c, uint32_t id, const struct index_attr *a, o
 			struct read_ctx hx = { .c = c, .kind = kind, .id = id, .off = off, .len = len,
 					       .item_off = item_off, .done = done, .arg = arg };
 			reply_from_item(&hx, ref.data, ref.len, 1);
+			cache_put(c->cache, &ref);
 			return;
 		}
 	}
@@ -296,19 +366,25 @@ static void read_item(struct core *c, uint32_t id, const struct index_attr *a, o
 			x->item.rel_len = n;
 		}
 	}
-	if (c->cache && c->peer.owns && r == CACHE_MISS && may_admit(x, item_len))
+	if (c->pf && kind != RK_PEER)
+		prefetch_seen(c->pf, id);   /* past the hit path: where the job's streams are */
+	int how;
+	if (c->cache && c->peer.owns && r == CACHE_MISS && (how = may_admit(x, item_len))) {
 		r = cache_get(c->cache, id, chunk, &a->v, item_len, NULL, &ref);
+		unadmit(c, how, item_len, r);
+	}
 	if (r == CACHE_WAIT) {
 		x->w.fn = wait_done;
 		x->w.arg = x;
 		r = cache_get(c->cache, id, chunk, &a->v, item_len, &x->w, &ref);
 		if (r == CACHE_WAIT)
 			return;             /* wait_done() finishes it */
-		if (r == CACHE_HIT) {
-			reply_from_item(x, ref.data, ref.len, 1);
-			free(x);
-			return;
-		}
+	}
+	if (r == CACHE_HIT) {               /* it landed meanwhile */
+		reply_from_item(x, ref.data, ref.len, 1);
+		cache_put(c->cache, &ref);
+		free(x);
+		return;
 	}
 	if (r == CACHE_LOAD) {
 		x->ref = ref;
@@ -323,7 +399,82 @@ static void read_item(struct core *c, uint32_t id, const struct index_attr *a, o
 		free(x);
 		return;
 	}
+	if (c->pf && take_staged(x, chunk))
+		return;
 	fetch(x, 0, off, len, NULL, sources_done);
+}
+
+/* ---- ahead of the readers ---- */
+
+static void prefetch_fetched(void *arg, ssize_t res, const void *buf)
+{
+	struct read_ctx *x = arg;
+
+	(void)buf;
+	x->pcb.done(x->pcb.arg, res, 0);
+	free(x);
+}
+
+void core_prefetch_item(struct core *c, uint32_t id, const struct index_attr *a, uint32_t chunk,
+			const struct core_prefetch_cb *cb)
+{
+	off_t item_off = (off_t)chunk * c->chunk;
+	size_t item_len = cache_chunk_len(a->v.size, c->chunk, chunk);
+	enum cache_result r = CACHE_MISS;
+	struct cache_ref ref;
+	struct read_ctx *x;
+	void *buf;
+
+	if (c->cache) {
+		r = cache_get_ex(c->cache, id, chunk, &a->v, item_len, NULL, &ref, !c->peer.owns);
+		if (r == CACHE_HIT || r == CACHE_WAIT) {
+			cache_put(c->cache, &ref);
+			cb->done(cb->arg, 0, 1);
+			return;
+		}
+	}
+	x = malloc(sizeof(*x));
+	if (!x) {
+		if (r == CACHE_LOAD)
+			cache_loaded(c->cache, &ref, 0);
+		cb->done(cb->arg, -ENOMEM, 0);
+		return;
+	}
+	x->c = c;
+	x->kind = RK_PREFETCH;
+	x->id = id;
+	x->off = item_off;
+	x->len = item_len;
+	x->a = *a;
+	x->item_off = item_off;
+	x->via_storage = 0;
+	x->done = NULL;
+	x->arg = NULL;
+	x->pcb = *cb;
+	x->item = (struct source_item){ .id = id, .chunk = chunk, .v = a->v };
+	x->path_len = -1;
+	int how;
+	if (c->cache && c->peer.owns && r == CACHE_MISS && (how = may_admit(x, item_len))) {
+		r = cache_get(c->cache, id, chunk, &a->v, item_len, NULL, &ref);
+		unadmit(c, how, item_len, r);
+		if (r == CACHE_HIT || r == CACHE_WAIT) {
+			cache_put(c->cache, &ref);
+			cb->done(cb->arg, 0, 1);
+			free(x);
+			return;
+		}
+	}
+	if (r == CACHE_LOAD) {
+		x->ref = ref;
+		fetch(x, 0, item_off, ref.len, ref.data, load_done);
+		return;
+	}
+	if (!(buf = cb->stage(cb->arg, item_len))) {
+		cb->done(cb->arg, -ENOSPC, 0);
+		free(x);
+		return;
+	}
+	fetch(x, 0, item_off, item_len, buf, prefetch_fetched);
 }
 
 /* ---- several items ---- */
@@ -400,7 +551,7 @@ static void read_multi(struct core *c, uint32_t id, const struct index_attr *a, 
 	multi_put(m);
 }
 
-void core_read_data(struct core *c, uint32_t id, uint32_t gen, off_t off, size_t len,
+void core_read_data(struct core *c, uint32_t id, uint32_t gen, off_t off, size_t len, int kernel,
 		    core_read_fn done, void *arg)
 {
 	struct index_attr a;
@@ -424,6 +575,13 @@ void core_read_data(struct core *c, uint32_t id, uint32_t gen, off_t off, size_t
 	}
 	if (len > a.v.size - (uint64_t)off)
 		len = (size_t)(a.v.size - (uint64_t)off);
+	/* Read to its end: the kernel's copy of the file may go (the adapter
+	 * drops it a moment later, once its reader is done with it). */
+	if (kernel && c->copy_fn && (uint64_t)off + len >= a.v.size &&
+	    __atomic_load_n(&c->drop_copies, __ATOMIC_RELAXED)) {
+		stats_add(&c->stats, STAT_COPIES_DROPPED, 1);
+		c->copy_fn(c->copy_arg, core_data_node(id, a.gen));
+	}
 	if (c->cache && cache_span((uint64_t)off, len, c->chunk, NULL) > 1)
 		read_multi(c, id, &a, off, len, done, arg);
 	else
@@ -452,7 +610,7 @@ ssize_t core_read_file(struct core *c, const char *rel, void **buf, size_t *cap)
 	while (got < a.v.size) {
 		struct sync_wait w = SYNC_WAIT_INIT((char *)*buf + got);
 		size_t want = a.v.size - got < (8u << 20) ? a.v.size - got : (8u << 20);
-		core_read_data(c, a.id, a.gen, (off_t)got, want, sync_wait_done, &w);
+		core_read_data(c, a.id, a.gen, (off_t)got, want, 0, sync_wait_done, &w);
 		ssize_t n = sync_wait(&w);
 		if (n < 0)
 			return n;

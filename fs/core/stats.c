@@ -23,6 +23,7 @@ static const struct {
 	[STAT_PEER_ERRORS] = { "peer_errors", "Peer faults: refused, timed out, broken or lying; each read fell back to storage" },
 	[STAT_PEER_LIES] = { "peer_lies", "Peer replies whose bytes did not match the manifest (read from storage instead)" },
 	[STAT_MANIFEST_MISMATCHES] = { "manifest_mismatches", "Storage loads whose bytes did not match the manifest (served, never cached)" },
+	[STAT_COPIES_DROPPED] = { "page_cache_drops", "Files whose copy in the kernel's page cache was dropped once read (memory too tight to keep the dataset there)" },
 };
 
 static double mono(void)

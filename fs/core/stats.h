@@ -26,6 +26,7 @@ enum stat_id {
 	STAT_PEER_ERRORS,       /* peer faults: refused, timed out, broken, lying */
 	STAT_PEER_LIES,         /* peer replies that did not match the manifest */
 	STAT_MANIFEST_MISMATCHES, /* storage loads that did not match the manifest */
+	STAT_COPIES_DROPPED,    /* files whose kernel copy was dropped once read (memory tight) */
 	STAT__COUNT
 };
 

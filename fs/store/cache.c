@@ -13,12 +13,23 @@
  * - States: LOADING -> READY, or LOADING -> DEAD. Waiters are queued under
  *   a striped mutex while LOADING and called after the transition, outside
  *   the lock. A READY item is immutable, so a hit reads it with no lock.
+ * - Giving memory back (cache_give_back, under memory pressure only): the
+ *   arena's tail is cut off. Hits read items with no lock, so a hit is a
+ *   read section: from the lookup to cache_put() the reader's thread counts
+ *   in one of RD_STRIPES padded counters (a thread keeps its stripe), one
+ *   counter per phase. The giver marks the tail's items DEAD, then flips
+ *   the phase and waits for the old counters to drain, twice (rd_drain): a
+ *   reader that entered before the marking has left by then, one that
+ *   entered after it finds the items DEAD (all of it sequentially
+ *   consistent), and readers that keep coming never hold the giver up. Only then are the pages returned
+ *   (MADV_DONTNEED) and the bump pointer moved back to the cut.
  */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -35,6 +46,12 @@ enum { ST_LOADING = 1, ST_READY, ST_DEAD };
 
 #define CACHE_STRIPES 64
 #define CACHE_ALIGN 64
+#define RD_STRIPES 64
+
+struct rd_stripe {
+	uint64_t n[2];                  /* atomic: threads inside a read section, per phase */
+	char pad[48];
+};
 
 struct citem {
 	uint64_t key;
@@ -60,7 +77,31 @@ struct cache {
 	uint64_t scrub_cursor;          /* next slot the scrubber looks at */
 	uint64_t ready;                 /* atomic */
 	uint64_t prefaulted;            /* atomic; arena bytes made resident by cache_prefault */
+	uint64_t limit;                 /* atomic: admissions stop here (<= capacity) */
+	uint64_t given_back, given_back_items;  /* atomic counters */
+	pthread_mutex_t give_lock;      /* one giver at a time */
+	struct rd_stripe rd[RD_STRIPES];
+	unsigned rd_phase;              /* atomic: the counter (n[phase & 1]) readers enter */
 };
+
+static unsigned rd_next;                /* atomic: hands stripes out to threads */
+static __thread int rd_slot = -1;
+
+/* Enters a read section: returns what rd_leave() takes (stripe and phase). */
+static unsigned rd_enter(struct cache *c)
+{
+	unsigned phase = __atomic_load_n(&c->rd_phase, __ATOMIC_SEQ_CST) & 1;
+
+	if (rd_slot < 0)
+		rd_slot = (int)(__atomic_fetch_add(&rd_next, 1, __ATOMIC_RELAXED) % RD_STRIPES);
+	__atomic_add_fetch(&c->rd[rd_slot].n[phase], 1, __ATOMIC_SEQ_CST);
+	return (unsigned)rd_slot << 1 | phase;
+}
+
+static void rd_leave(struct cache *c, unsigned slot)
+{
+	__atomic_sub_fetch(&c->rd[slot >> 1].n[slot & 1], 1, __ATOMIC_SEQ_CST);
+}
 
 #define INC(x) __atomic_add_fetch(&(x), 1, __ATOMIC_RELAXED)
 
@@ -106,6 +147,7 @@ int cache_new(const struct cache_opts *o, struct cache **out)
 	if (!c)
 		return -ENOMEM;
 	c->o = *o;
+	c->limit = o->capacity;
 	c->mask = nslots - 1;
 	c->slots = calloc(nslots, sizeof(*c->slots));
 	c->arena = mmap(NULL, o->capacity, PROT_READ | PROT_WRITE,
@@ -122,6 +164,7 @@ int cache_new(const struct cache_opts *o, struct cache **out)
 	for (int i = 0; i < CACHE_STRIPES; i++)
 		pthread_mutex_init(&c->stripes[i], NULL);
 	pthread_mutex_init(&c->scrub_lock, NULL);
+	pthread_mutex_init(&c->give_lock, NULL);
 	*out = c;
 	return 0;
 }
@@ -137,6 +180,7 @@ void cache_free(struct cache *c)
 	for (int i = 0; i < CACHE_STRIPES; i++)
 		pthread_mutex_destroy(&c->stripes[i]);
 	pthread_mutex_destroy(&c->scrub_lock);
+	pthread_mutex_destroy(&c->give_lock);
 	munmap(c->arena, c->o.capacity);
 	free(c->slots);
 	free(c);
@@ -149,11 +193,12 @@ static char *arena_alloc(struct cache *c, size_t len)
 	uint64_t u = __atomic_load_n(&c->used, __ATOMIC_RELAXED);
 
 	do {
+		uint64_t limit = __atomic_load_n(&c->limit, __ATOMIC_SEQ_CST);
 		/* The last item may use the budget's unaligned tail. */
-		if (u + len > c->o.capacity)
+		if (u + len > limit)
 			return NULL;
-		if (u + want > c->o.capacity)
-			want = c->o.capacity - u;
+		if (u + want > limit)
+			want = limit - u;
 	} while (!__atomic_compare_exchange_n(&c->used, &u, u + want, 0, __ATOMIC_RELAXED,
 					      __ATOMIC_RELAXED));
 	return c->arena + u;
@@ -186,6 +231,7 @@ static void finish(struct cache *c, struct citem *it, int state)
 	w = it->waiters;
 	it->waiters = NULL;
 	pthread_mutex_unlock(m);
+	unsigned rd = rd_enter(c);          /* the waiters read the bytes */
 	while (w) {
 		struct cache_waiter *next = w->next;
 		if (state == ST_READY)
@@ -194,6 +240,7 @@ static void finish(struct cache *c, struct citem *it, int state)
 			w->fn(w->arg, NULL, 0);
 		w = next;
 	}
+	rd_leave(c, rd);
 }
 
 /* Checks a READY item's bytes against its checksum. On a mismatch the item
@@ -221,7 +268,7 @@ static int admit(struct cache *c, struct citem **slot, struct citem *old, uint64
 {
 	struct citem *it;
 
-	if (__atomic_load_n(&c->used, __ATOMIC_RELAXED) + len > c->o.capacity) {
+	if (__atomic_load_n(&c->used, __ATOMIC_RELAXED) + len > __atomic_load_n(&c->limit, __ATOMIC_RELAXED)) {
 		INC(c->st.full);
 		return CACHE_MISS;
 	}
@@ -233,15 +280,16 @@ static int admit(struct cache *c, struct citem **slot, struct citem *old, uint64
 		it->state = ST_DEAD;
 		return -1;
 	}
-	it->data = arena_alloc(c, len);
-	if (!it->data) {
+	it->len = len;              /* before data: cache_give_back reads both */
+	char *data = arena_alloc(c, len);
+	if (!data) {
 		INC(c->st.full);
 		finish(c, it, ST_DEAD);
 		return CACHE_MISS;
 	}
-	it->len = len;
+	__atomic_store_n(&it->data, data, __ATOMIC_RELEASE);
 	ref->item = it;
-	ref->data = it->data;
+	ref->data = data;
 	ref->len = len;
 	return CACHE_LOAD;
 }
@@ -253,9 +301,35 @@ enum cache_result cache_get(struct cache *c, uint32_t id, uint32_t chunk,
 	return cache_get_ex(c, id, chunk, v, len, w, ref, 1);
 }
 
+static enum cache_result get(struct cache *c, uint32_t id, uint32_t chunk,
+			     const struct index_version *v, size_t len,
+			     struct cache_waiter *w, struct cache_ref *ref, int may_admit);
+
 enum cache_result cache_get_ex(struct cache *c, uint32_t id, uint32_t chunk,
 			       const struct index_version *v, size_t len,
 			       struct cache_waiter *w, struct cache_ref *ref, int may_admit)
+{
+	unsigned rd = rd_enter(c);
+	enum cache_result r = get(c, id, chunk, v, len, w, ref, may_admit);
+
+	if (r == CACHE_HIT)
+		ref->rd = rd + 1;           /* left in cache_put() */
+	else
+		rd_leave(c, rd);
+	return r;
+}
+
+void cache_put(struct cache *c, struct cache_ref *ref)
+{
+	if (ref->rd) {
+		rd_leave(c, ref->rd - 1);
+		ref->rd = 0;
+	}
+}
+
+static enum cache_result get(struct cache *c, uint32_t id, uint32_t chunk,
+			     const struct index_version *v, size_t len,
+			     struct cache_waiter *w, struct cache_ref *ref, int may_admit)
 {
 	uint64_t key = key_of(id, chunk);
 
@@ -343,7 +417,10 @@ void cache_get_stats(struct cache *c, struct cache_stats *s)
 {
 #define LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 	s->capacity = c->o.capacity;
+	s->limit = LD(c->limit);
 	s->used = LD(c->used);
+	s->given_back = LD(c->given_back);
+	s->given_back_items = LD(c->given_back_items);
 	s->items = LD(c->ready);
 	s->hits = LD(c->st.hits);
 	s->misses = LD(c->st.misses);
@@ -369,10 +446,14 @@ uint64_t cache_scrub(struct cache *c, uint64_t max_bytes)
 		looked++;
 		if (c->scrub_cursor == 0)
 			INC(c->st.scrub_passes);
-		if (!it || __atomic_load_n(&it->state, __ATOMIC_ACQUIRE) != ST_READY)
+		if (!it)
 			continue;
-		item_intact(c, it);
-		done += it->len;
+		unsigned rd = rd_enter(c);
+		if (__atomic_load_n(&it->state, __ATOMIC_ACQUIRE) == ST_READY) {
+			item_intact(c, it);
+			done += it->len;
+		}
+		rd_leave(c, rd);
 	}
 	pthread_mutex_unlock(&c->scrub_lock);
 	__atomic_add_fetch(&c->st.scrubbed_bytes, done, __ATOMIC_RELAXED);
@@ -382,7 +463,9 @@ uint64_t cache_scrub(struct cache *c, uint64_t max_bytes)
 int64_t cache_prefault(struct cache *c, uint64_t upto)
 {
 	uint64_t done = __atomic_load_n(&c->prefaulted, __ATOMIC_RELAXED), start = done;
-	uint64_t end = (c->o.capacity + PAGE_BYTES - 1) & ~(uint64_t)(PAGE_BYTES - 1);
+	/* Never past the limit: pages given back stay given back. */
+	uint64_t end = (__atomic_load_n(&c->limit, __ATOMIC_RELAXED) + PAGE_BYTES - 1) &
+		       ~(uint64_t)(PAGE_BYTES - 1);
 	/* Whole pages only, so the next call starts page-aligned, as madvise
 	 * requires; the mapping itself runs to the capacity's last page. */
 	uint64_t target = upto > end ? end : (upto + PAGE_BYTES - 1) & ~(uint64_t)(PAGE_BYTES - 1);
@@ -429,4 +512,92 @@ int cache_debug_corrupt(struct cache *c, uint32_t id, uint32_t chunk, size_t off
 		}
 	}
 	return -ENOENT;
+}
+
+void cache_set_limit(struct cache *c, uint64_t limit)
+{
+	if (limit > c->o.capacity)
+		limit = c->o.capacity;
+	pthread_mutex_lock(&c->give_lock);
+	__atomic_store_n(&c->limit, limit, __ATOMIC_SEQ_CST);
+	pthread_mutex_unlock(&c->give_lock);
+}
+
+/* Waits until every read stripe was seen empty once (see DESIGN). */
+/* Waits out every read section that may have begun before the caller's
+ * last store. Two phases, as in sleepable RCU: readers enter the counter
+ * the phase names; each counter is drained while the phase points at the
+ * other one, so only a reader that read the phase before the flip can
+ * still enter it, and that reader's lookup comes after our stores. New
+ * readers never hold a drain up (no starvation under a steady stream of
+ * hits). Give lock held. */
+static void rd_drain(struct cache *c)
+{
+	for (int flip = 0; flip < 2; flip++) {
+		unsigned old = __atomic_fetch_add(&c->rd_phase, 1, __ATOMIC_SEQ_CST) & 1;
+		for (unsigned i = 0; i < RD_STRIPES; i++)
+			while (__atomic_load_n(&c->rd[i].n[old], __ATOMIC_SEQ_CST)) {
+				struct timespec ts = { 0, 50000 };
+				nanosleep(&ts, NULL);
+			}
+	}
+}
+
+uint64_t cache_give_back(struct cache *c, uint64_t bytes)
+{
+	uint64_t u, cut, low, freed, items = 0;
+	int busy = 0;
+
+	pthread_mutex_lock(&c->give_lock);
+	u = __atomic_load_n(&c->used, __ATOMIC_SEQ_CST);
+	if (!bytes || !u) {
+		pthread_mutex_unlock(&c->give_lock);
+		return 0;
+	}
+	cut = bytes >= u ? 0 : u - bytes;
+	/* Nothing new at or past the cut: the limit comes down first, then the
+	 * bump pointer is parked far above it, so an allocation racing us
+	 * (it read the old limit) fails its compare-and-swap and sees both. */
+	if (__atomic_load_n(&c->limit, __ATOMIC_SEQ_CST) > cut)
+		__atomic_store_n(&c->limit, cut, __ATOMIC_SEQ_CST);
+	u = __atomic_exchange_n(&c->used, UINT64_MAX / 2, __ATOMIC_SEQ_CST);
+	/* Items reaching past the cut go; one loading there (or not placed
+	 * yet) holds it all up: try again later. */
+	low = cut;
+	for (struct citem *it = __atomic_load_n(&c->all, __ATOMIC_ACQUIRE); it; it = it->all_next) {
+		int st = __atomic_load_n(&it->state, __ATOMIC_ACQUIRE);
+		char *d = __atomic_load_n(&it->data, __ATOMIC_ACQUIRE);
+		if (st == ST_LOADING && (!d || d + it->len > c->arena + cut))
+			busy = 1;
+		if (d && st != ST_LOADING && d + it->len > c->arena + cut && (uint64_t)(d - c->arena) < low)
+			low = (uint64_t)(d - c->arena);
+	}
+	if (busy) {
+		__atomic_store_n(&c->used, u, __ATOMIC_SEQ_CST);
+		pthread_mutex_unlock(&c->give_lock);
+		return 0;
+	}
+	for (struct citem *it = __atomic_load_n(&c->all, __ATOMIC_ACQUIRE); it; it = it->all_next) {
+		int ready = ST_READY;
+		if (it->data && it->data + it->len > c->arena + low &&
+		    __atomic_compare_exchange_n(&it->state, &ready, ST_DEAD, 0, __ATOMIC_SEQ_CST,
+						__ATOMIC_RELAXED)) {
+			__atomic_sub_fetch(&c->ready, 1, __ATOMIC_RELAXED);
+			items++;
+		}
+	}
+	rd_drain(c);                /* no reader is inside those items now */
+	uint64_t from = (low + PAGE_BYTES - 1) & ~(PAGE_BYTES - 1);
+	if (from < u)
+		madvise(c->arena + from, u - from, MADV_DONTNEED);
+	if (__atomic_load_n(&c->prefaulted, __ATOMIC_RELAXED) > from)
+		__atomic_store_n(&c->prefaulted, from, __ATOMIC_RELAXED);
+	freed = u - low;
+	__atomic_add_fetch(&c->given_back, freed, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&c->given_back_items, items, __ATOMIC_RELAXED);
+	if (__atomic_load_n(&c->limit, __ATOMIC_SEQ_CST) > low)
+		__atomic_store_n(&c->limit, low, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&c->used, low, __ATOMIC_SEQ_CST);
+	pthread_mutex_unlock(&c->give_lock);
+	return freed;
 }

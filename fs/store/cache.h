@@ -64,10 +64,14 @@ struct cache_ref {
 	struct citem *item;
 	void *data;
 	size_t len;
+	unsigned rd;                /* CACHE_HIT: the read section cache_put() leaves */
 };
 
 struct cache_stats {
 	uint64_t capacity, used;    /* bytes; used counts stale and failed items too */
+	uint64_t limit;             /* admissions stop here: capacity, less under pressure */
+	uint64_t given_back;        /* bytes returned to the kernel under memory pressure */
+	uint64_t given_back_items;  /* items dropped with them */
 	uint64_t items;             /* items ready to serve */
 	uint64_t hits, misses;      /* cache_get() results (WAIT counts as a hit) */
 	uint64_t corrupt;           /* items dropped: checksum mismatch (hit or scrub) */
@@ -86,7 +90,10 @@ void cache_free(struct cache *c);
 /* Looks up chunk CHUNK of entry ID at version V; LEN is that chunk's length
  * (cache_chunk_len). W is queued only on CACHE_WAIT. W may be NULL: a
  * loading item then gives CACHE_WAIT with nothing queued (nor counted), so a
- * caller can keep the hit path free of allocation and retry with a waiter. */
+ * caller can keep the hit path free of allocation and retry with a waiter.
+ * CACHE_HIT: ref->data is the caller's to read until cache_put(ref), which
+ * it must call soon (the cache cannot give memory back meanwhile); a
+ * waiter's callback may read DATA until it returns. */
 enum cache_result cache_get(struct cache *c, uint32_t id, uint32_t chunk,
 			    const struct index_version *v, size_t len,
 			    struct cache_waiter *w, struct cache_ref *ref);
@@ -100,7 +107,21 @@ enum cache_result cache_get_ex(struct cache *c, uint32_t id, uint32_t chunk,
  * bytes. Calls the waiters (outside any lock) before returning. */
 void cache_loaded(struct cache *c, struct cache_ref *ref, int ok);
 
+/* Ends the use of a CACHE_HIT's bytes (nothing for other results). */
+void cache_put(struct cache *c, struct cache_ref *ref);
+
 void cache_get_stats(struct cache *c, struct cache_stats *s);
+
+/* Memory pressure. cache_set_limit: admissions stop once LIMIT bytes are
+ * used (at most the capacity; the capacity again lifts it): what is cached
+ * stays. cache_give_back: drops the most recently admitted items, about
+ * BYTES of them (whole items), and returns their pages to the kernel; the
+ * limit comes down to what is left. Returns the bytes given back, or 0 when
+ * an item there is still loading (call again later). Never loses a byte a
+ * reader is copying: it waits for the readers inside those items to leave.
+ * Calls from one thread (the pressure watcher) at a time. */
+void cache_set_limit(struct cache *c, uint64_t limit);
+uint64_t cache_give_back(struct cache *c, uint64_t bytes);
 
 /* Chunk maths: how many items a file of SIZE bytes makes, and the length of
  * item I (0 for I past the end). A file of 0 bytes makes no item.

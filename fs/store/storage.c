@@ -36,6 +36,7 @@ struct sreq {
 	int fd;
 	int own_buf;
 	int has_expect;
+	int dontcache;              /* read with RWF_DONTCACHE: nothing left to drop */
 	void *buf;
 	size_t len, got;
 	off_t off;
@@ -54,7 +55,12 @@ struct storage {
 	pthread_t cq_thread;
 	struct storage_stats stats; /* atomics */
 	int drop_source_cache;      /* atomic */
+	int dontcache_ok;           /* atomic: SOURCE's file system takes RWF_DONTCACHE */
 };
+
+#ifndef RWF_DONTCACHE
+#define RWF_DONTCACHE 0x00000080    /* Linux 6.14: uncached buffered read */
+#endif
 
 static void queue_locked(struct storage *st, struct sreq *r)
 {
@@ -64,6 +70,8 @@ static void queue_locked(struct storage *st, struct sreq *r)
 	sqe = io_uring_get_sqe(&st->ring);
 	io_uring_prep_read(sqe, r->fd, (char *)r->buf + r->got, (unsigned)(r->len - r->got),
 			   (uint64_t)(r->off + (off_t)r->got));
+	if (r->dontcache)
+		sqe->rw_flags = RWF_DONTCACHE;
 	io_uring_sqe_set_data(sqe, r);
 	io_uring_submit(&st->ring);
 }
@@ -79,9 +87,10 @@ static int check_version(int fd, const struct index_version *expect)
 	return index_version_eq(&now, expect) ? 0 : -ESTALE;
 }
 
-/* Version check, close, counters: the end of every read, inline or not. */
+/* Version check, close, counters: the end of every read, inline or not.
+ * DONTCACHE: the read left no pages of its own behind. */
 static ssize_t conclude(struct storage *st, int fd, off_t off, const struct index_version *expect,
-			ssize_t res)
+			ssize_t res, int dontcache)
 {
 	if (res >= 0 && expect) {
 		int err = check_version(fd, expect);
@@ -90,8 +99,11 @@ static ssize_t conclude(struct storage *st, int fd, off_t off, const struct inde
 	}
 	/* The bytes now live where the caller keeps them (the RAM cache, the
 	 * kernel's cache of the mount): a second copy in SOURCE's page cache
-	 * would only take memory the cache budget does not count. */
-	if (res > 0 && __atomic_load_n(&st->drop_source_cache, __ATOMIC_RELAXED))
+	 * would only take memory the cache budget does not count. Reads with
+	 * RWF_DONTCACHE drop their pages as they complete; the fallback
+	 * (fadvise) costs an LRU drain on every CPU per call, 6% of the
+	 * daemon's CPU in a cold epoch (docs/design.md). */
+	if (res > 0 && !dontcache && __atomic_load_n(&st->drop_source_cache, __ATOMIC_RELAXED))
 		posix_fadvise(fd, off, res, POSIX_FADV_DONTNEED);
 	close(fd);
 	if (res >= 0) {
@@ -107,7 +119,7 @@ static ssize_t conclude(struct storage *st, int fd, off_t off, const struct inde
 
 static void finish(struct storage *st, struct sreq *r, ssize_t res)
 {
-	res = conclude(st, r->fd, r->off, r->has_expect ? &r->expect : NULL, res);
+	res = conclude(st, r->fd, r->off, r->has_expect ? &r->expect : NULL, res, r->dontcache);
 	r->done(r->arg, res, r->buf);
 	if (r->own_buf)
 		free(r->buf);
@@ -135,6 +147,16 @@ static void *cq_main(void *arg)
 		io_uring_cqe_seen(&st->ring, cqe);
 		if (!r)
 			break;              /* the stop sentinel from storage_free() */
+		if (res == -EOPNOTSUPP && r->dontcache) {
+			/* SOURCE's file system has no uncached reads: fall back
+			 * to fadvise from now on, and read this one again. */
+			__atomic_store_n(&st->dontcache_ok, 0, __ATOMIC_RELAXED);
+			r->dontcache = 0;
+			pthread_mutex_lock(&st->sq_lock);
+			queue_locked(st, r);
+			pthread_mutex_unlock(&st->sq_lock);
+			continue;
+		}
 		if (res == -EAGAIN || res == -EINTR || (res > 0 && r->got + (size_t)res < r->len)) {
 			if (res > 0)
 				r->got += (size_t)res;
@@ -161,6 +183,7 @@ int storage_new(int rootfd, unsigned depth, struct storage **out)
 		return -ENOMEM;
 	st->rootfd = rootfd;
 	st->depth = depth ? depth : 256;
+	st->dontcache_ok = 1;
 	err = io_uring_queue_init(st->depth, &st->ring, 0);
 	if (err < 0) {
 		free(st);
@@ -205,7 +228,7 @@ void storage_read(struct storage *st, const char *rel, const struct index_versio
 		  off_t off, size_t len, void *buf, storage_done_fn done, void *arg)
 {
 	struct sreq *r;
-	int fd;
+	int fd, dontcache;
 
 	if (len == 0) {
 		done(arg, 0, buf);
@@ -224,15 +247,21 @@ void storage_read(struct storage *st, const char *rel, const struct index_versio
 	}
 	/* Fast path: data already in the backing page cache is copied right
 	 * here (RWF_NOWAIT never blocks), sparing two thread hops and a ring
-	 * round trip. Anything that would wait goes to the ring. */
+	 * round trip. Anything that would wait goes to the ring. Pages found
+	 * here were cached by someone else when uncached reads work: they are
+	 * left alone. */
+	dontcache = __atomic_load_n(&st->drop_source_cache, __ATOMIC_RELAXED) &&
+		    __atomic_load_n(&st->dontcache_ok, __ATOMIC_RELAXED);
 	{
 		void *b = buf ? buf : inline_buf(len);
 		struct iovec iov = { b, len };
-		ssize_t n = b ? preadv2(fd, &iov, 1, off, RWF_NOWAIT) : -1;
+		/* A miss here starts readahead: uncached too, or the ring's
+		 * read would find those pages and leave them. */
+		ssize_t n = b ? preadv2(fd, &iov, 1, off, RWF_NOWAIT | (dontcache ? RWF_DONTCACHE : 0)) : -1;
 
 		if (n == (ssize_t)len || (n >= 0 && expect && (uint64_t)off + (uint64_t)n >= expect->size)) {
 			__atomic_add_fetch(&st->stats.inline_reads, 1, __ATOMIC_RELAXED);
-			n = conclude(st, fd, off, expect, n);
+			n = conclude(st, fd, off, expect, n, dontcache);
 			done(arg, n, b);
 			return;
 		}
@@ -258,6 +287,7 @@ void storage_read(struct storage *st, const char *rel, const struct index_versio
 		r->expect = *expect;
 		r->has_expect = 1;
 	}
+	r->dontcache = dontcache;
 	pthread_mutex_lock(&st->sq_lock);
 	while (st->inflight >= st->depth)
 		pthread_cond_wait(&st->room, &st->sq_lock);

@@ -58,9 +58,10 @@ void storage_read(struct storage *st, const char *rel, const struct index_versio
 ssize_t storage_read_sync(struct storage *st, const char *rel,
 			  const struct index_version *expect, off_t off, size_t len, void *buf);
 
-/* ON nonzero: after each read, drop the pages it touched from SOURCE's page
- * cache (posix_fadvise DONTNEED), so the daemon's reads leave no second copy
- * there. Off by default (tools reading SOURCE directly want the cache). */
+/* ON nonzero: the daemon's reads leave no second copy in SOURCE's page
+ * cache: read uncached (RWF_DONTCACHE, Linux 6.14) where SOURCE's file
+ * system can, else drop the pages each read touched (posix_fadvise
+ * DONTNEED). Off by default (tools reading SOURCE directly want the cache). */
 void storage_set_drop_source_cache(struct storage *st, int on);
 
 void storage_get_stats(struct storage *st, struct storage_stats *s);

@@ -7,7 +7,7 @@ head -c 123457 /dev/urandom > "$T/src/a/f2"
 mount_ep "$T/src" "$T/mnt"
 ls -a "$T/mnt" | grep -q epochfs && fail ".epochfs listed in the root"
 [ -d "$T/mnt/.epochfs" ] || fail ".epochfs not reachable"
-[ "$(ls "$T/mnt/.epochfs" | sort | tr '\n' ' ')" = "metrics stats.json " ] || fail "control listing"
+[ "$(ls "$T/mnt/.epochfs" | sort | tr "\n" " ")" = "metrics order stats.json " ] || fail "control listing: $(ls "$T/mnt/.epochfs")"
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); [d[k] for k in ("files","bytes_total","reads","read_bytes","storage_read_bytes","uptime_s")]' \
 	"$T/mnt/.epochfs/stats.json" || fail "stats.json is not JSON with the keys"
 for k in files bytes_total reads_total read_bytes_total storage_read_bytes_total uptime_s; do

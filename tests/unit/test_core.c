@@ -4,6 +4,8 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <pthread.h>
+#include <string.h>
+#include <time.h>
 
 #include "core.h"
 #include "helpers.h"
@@ -214,4 +216,65 @@ Test(core, concurrent_readers_load_each_item_once)
 		cr_expect(!bad, "reader %d saw wrong bytes", i);
 	}
 	cr_expect_eq(storage_bytes(), BIG);
+}
+
+/* --cache-remote: items this node does not own take the remote budget, and
+ * a request that finds the item loading, or loses the race to admit it,
+ * must not be charged for it (or an exact budget runs out before the items
+ * do: t_peers.sh's second pass then fetched a file or two again). Eight
+ * readers race for item 0 behind a slow source, with a budget of exactly
+ * the three items: afterwards all three must still fit. The narrowest race
+ * (two lookups both missing before either admits) cannot be forced from
+ * here; read.c's unadmit() covers it by construction. */
+static int owns_nothing(void *ctx, struct source_item *it)
+{
+	(void)ctx, (void)it;
+	return 0;
+}
+
+static void slow_read(void *ctx, struct source_item *it, off_t off, size_t len, void *buf,
+		      source_done_fn done, void *arg)
+{
+	struct timespec ts = { 0, 30 * 1000000 };
+
+	(void)ctx, (void)it;
+	__atomic_add_fetch(&asked, 1, __ATOMIC_RELAXED);
+	nanosleep(&ts, NULL);           /* the other readers arrive meanwhile */
+	memcpy(buf, big + off, len);
+	done(arg, (ssize_t)len, buf);
+}
+
+static void *first_item(void *arg)
+{
+	struct wait *w = malloc(sizeof(*w));
+	int bad = rd(id_of("big.bin"), 0, 4096, w) != 4096 || memcmp(w->buf, big, 4096);
+
+	(void)arg;
+	free(w);
+	return (void *)(uintptr_t)bad;
+}
+
+Test(core, an_exact_remote_budget_holds_every_item_despite_racing_readers)
+{
+	static struct wait w;
+	struct source src = { .name = "slow", .read = slow_read };
+	struct core_peer_hooks h = { .owns = owns_nothing, .remote_budget = BIG };
+	pthread_t t[8];
+	void *bad;
+
+	cr_assert_eq(core_add_source(core, &src), 0);
+	core_set_peer_hooks(core, &h);
+	for (uintptr_t i = 0; i < 8; i++)
+		pthread_create(&t[i], NULL, first_item, NULL);
+	for (int i = 0; i < 8; i++) {
+		pthread_join(t[i], &bad);
+		cr_expect(!bad, "reader %d saw wrong bytes", i);
+	}
+	cr_expect_eq(asked, 1, "item 0 was fetched %d times", asked);
+	/* Items 1 and 2 still fit the budget: a second pass asks nothing. */
+	cr_assert_eq(rd(id_of("big.bin"), 0, BIG, &w), BIG);
+	cr_expect(!memcmp(w.buf, big, BIG));
+	int after_fill = asked;
+	cr_assert_eq(rd(id_of("big.bin"), 0, BIG, &w), BIG);
+	cr_expect_eq(asked, after_fill, "%d items were not admitted", asked - after_fill);
 }

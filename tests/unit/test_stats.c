@@ -8,14 +8,14 @@
 Test(stats, counters_render_in_both_formats)
 {
 	struct stats s;
-	struct sample v[32];
+	struct sample v[64];
 	char buf[8192];
 	int n;
 
 	stats_init(&s);
 	stats_add(&s, STAT_READS, 3);
 	stats_add(&s, STAT_READ_BYTES, 12345);
-	n = stats_samples(&s, v, 32);
+	n = stats_samples(&s, v, 64);
 	cr_assert_eq(n, STAT__COUNT);
 	v[n++] = (struct sample){ .name = "uptime_s", .help = "h", .kind = SAMPLE_GAUGE,
 				  .is_float = 1, .d = 1.5 };
@@ -32,12 +32,12 @@ Test(stats, counters_render_in_both_formats)
 Test(stats, too_small_buffer_is_enospc)
 {
 	struct stats s;
-	struct sample v[32];
+	struct sample v[64];
 	char buf[16];
 	int n;
 
 	stats_init(&s);
-	n = stats_samples(&s, v, 32);
+	n = stats_samples(&s, v, 64);
 	cr_expect_eq(stats_render_json(v, n, buf, sizeof(buf)), -ENOSPC);
 	cr_expect_eq(stats_render_prom(v, n, buf, sizeof(buf)), -ENOSPC);
 	cr_expect_eq(stats_samples(&s, v, 2), 2);

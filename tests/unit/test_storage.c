@@ -1,7 +1,10 @@
 /* Unit tests of the io_uring reader: bytes, EOF, confinement, version check. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <linux/magic.h>
 #include <pthread.h>
+#include <sys/mman.h>
+#include <sys/statfs.h>
 
 #include "helpers.h"
 #include "path.h"
@@ -150,5 +153,56 @@ Test(storage, uncached_data_goes_through_the_ring)
 	cr_expect_arr_eq(buf, big + 4096, 4096);
 	storage_get_stats(st, &s0);
 	cr_expect_eq(s0.inline_reads, s1.inline_reads + 1);
+	free(buf);
+}
+
+/* Pages of file P resident in the page cache (mincore over a mapping). */
+static size_t resident_pages(const char *p, size_t len)
+{
+	int fd = open(p, O_RDONLY);
+	size_t n = (len + 4095) / 4096, in = 0;
+	unsigned char *vec = malloc(n);
+	void *m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+
+	cr_assert(m != MAP_FAILED);
+	cr_assert_eq(mincore(m, len, vec), 0);
+	for (size_t i = 0; i < n; i++)
+		in += vec[i] & 1;
+	munmap(m, len);
+	free(vec);
+	close(fd);
+	return in;
+}
+
+Test(storage, the_daemons_reads_leave_no_copy_in_sources_page_cache)
+{
+	static char big[1 << 20];
+	char p[4200];
+	struct index_version v;
+	struct statfs sf;
+	int fd;
+
+	cr_assert_eq(statfs(dir, &sf), 0);
+	if (sf.f_type == TMPFS_MAGIC)
+		cr_skip_test("the test directory is on tmpfs, whose pages are the file itself");
+	memset(big, 'x', sizeof(big));
+	snprintf(p, sizeof(p), "%s/d/big", dir);
+	fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	cr_assert_eq(write(fd, big, sizeof(big)), (ssize_t)sizeof(big));
+	fsync(fd);
+	cr_assert_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	close(fd);
+	cr_assert_eq(resident_pages(p, sizeof(big)), 0, "the kernel kept the written pages");
+
+	char *buf = malloc(sizeof(big));
+	version_now("d/big", &v);
+	storage_set_drop_source_cache(st, 1);
+	cr_expect_eq(storage_read_sync(st, "d/big", &v, 0, sizeof(big), buf), (ssize_t)sizeof(big));
+	cr_expect_arr_eq(buf, big, sizeof(big));
+	cr_expect_eq(resident_pages(p, sizeof(big)), 0, "a dropping read left pages behind");
+	/* Without the drop, the read leaves the file cached (the control). */
+	storage_set_drop_source_cache(st, 0);
+	cr_expect_eq(storage_read_sync(st, "d/big", &v, 0, sizeof(big), buf), (ssize_t)sizeof(big));
+	cr_expect_gt(resident_pages(p, sizeof(big)), 0);
 	free(buf);
 }

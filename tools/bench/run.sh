@@ -23,9 +23,15 @@
 # Part 6, partitioned peers (tools/bench/peers.sh): three nodes on loopback,
 # storage bytes per epoch with and without peers, peer latency and GB/s.
 #
-# Environment: BENCH_PARTS ("1 2 3 4 5 6"), BENCH_FILES (12000), BENCH_EPOCHS (5),
+# Part 7, data stalls end to end (tools/bench/stalls.sh): an unmodified
+# torchvision job natively, on epochfs, under epochfs-run, and from RAM, in a
+# memory cgroup on a throttled disk: seconds per epoch and the stall removed;
+# then three DDP-style ranks on three peer nodes against the same from RAM
+# (tools/bench/stalls_peers.sh).
+#
+# Environment: BENCH_PARTS ("1 2 3 4 5 6 7"), BENCH_FILES (12000), BENCH_EPOCHS (5),
 # BENCH_SCAN_FILES (1000000; 0 skips part 2), BENCH_DIR (build/bench-data);
-# parts 3 to 6 take THRASH_*, CHUNK_*, PREPB_* and PEERB_* (see their scripts).
+# parts 3 to 7 take THRASH_*, CHUNK_*, PREPB_*, PEERB_* and STALL_* (see their scripts).
 set -eu
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -33,7 +39,7 @@ FILES=${BENCH_FILES:-12000}
 EPOCHS=${BENCH_EPOCHS:-5}
 SCAN_FILES=${BENCH_SCAN_FILES:-1000000}
 DATA=${BENCH_DIR:-build/bench-data}
-PARTS=${BENCH_PARTS:-1 2 3 4 5 6}
+PARTS=${BENCH_PARTS:-1 2 3 4 5 6 7}
 part() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 W=$(mktemp -d /tmp/epochfs-bench.XXXXXX)
 PIDS=""
@@ -167,4 +173,9 @@ fi
 
 if part 6; then
 	BUILD=$BUILD bash tools/bench/peers.sh
+fi
+
+if part 7; then
+	BUILD=$BUILD bash tools/bench/stalls.sh
+	BUILD=$BUILD bash tools/bench/stalls_peers.sh
 fi

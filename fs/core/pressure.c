@@ -1,0 +1,278 @@
+/* pressure.c - see pressure.h.
+ *
+ * DESIGN
+ * - The thread wakes every PRESSURE_PERIOD_S (a sample reads three small
+ *   files, about 30 us), feeds pressure_step() and carries out its answer:
+ *   the core's drop_copies flag (read by the read path), the cache's limit
+ *   (paused: the bytes used now; calm: the capacity) and give-backs.
+ * - Refaults are smoothed over about 2.5 s, so one burst (a library loaded
+ *   at import) is not taken for a squeeze; a squeeze counts only while the
+ *   kernel copies are being dropped (memory is tight): with room for the
+ *   whole dataset, refaults are someone else's business.
+ * - A give-back step is max(16 MiB, capacity / 32), at most one every 2 s,
+ *   so the kernel sees the room before the next step is decided.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core_int.h"
+#include "log.h"
+#include "pressure.h"
+
+#define MIB (1ull << 20)
+#define GIVE_EVERY_S 2.0
+#define SMOOTH_S 2.5
+
+uint64_t pressure_reserve(uint64_t limit)
+{
+	uint64_t r = limit / 32;
+
+	return r > 32 * MIB ? r : 32 * MIB;
+}
+
+void pressure_policy_init(struct pressure_policy *p, enum page_cache_mode mode)
+{
+	memset(p, 0, sizeof(*p));
+	p->mode = mode;
+	p->squeezed_since = p->calm_since = -1;
+	p->last_give = -1e9;
+	p->drop_copies = mode == PAGE_CACHE_DROP;
+}
+
+void pressure_step(struct pressure_policy *p, const struct pressure_in *in, struct pressure_out *out)
+{
+	uint64_t room = mem_room(&in->mem), reserve = pressure_reserve(in->mem.limit);
+	int drop = p->drop_copies, squeezed;
+	enum pressure_state st = p->state;
+
+	if (p->started && in->t > p->last_t) {
+		double dt = in->t - p->last_t;
+		double inst = in->mem.refaults >= p->last_refaults ?
+			      (double)(in->mem.refaults - p->last_refaults) / dt : 0;
+		double a = dt / SMOOTH_S > 1 ? 1 : dt / SMOOTH_S;
+		p->refault_rate += a * (inst - p->refault_rate);
+	}
+	p->started = 1;
+	p->last_t = in->t;
+	p->last_refaults = in->mem.refaults;
+
+	/* 1. Kernel copies: kept while the room could hold the whole dataset. */
+	if (p->mode == PAGE_CACHE_KEEP) {
+		drop = 0;
+	} else if (p->mode == PAGE_CACHE_DROP) {
+		drop = 1;
+	} else {
+		uint64_t margin = in->mem.limit / 16 > 64 * MIB ? in->mem.limit / 16 : 64 * MIB;
+		uint64_t need = in->dataset_bytes + margin;
+		if (!drop && room < need)
+			drop = 1;
+		else if (drop && room > need + need / 10)
+			drop = 0;
+	}
+
+	/* 2, 3. Pause, give back, admit again. */
+	squeezed = drop && p->refault_rate > SQUEEZE_REFAULTS_PER_S;
+	if (squeezed && p->squeezed_since < 0)
+		p->squeezed_since = in->t;
+	else if (!squeezed)
+		p->squeezed_since = -1;
+	if (room >= 2 * reserve && !squeezed) {
+		if (p->calm_since < 0)
+			p->calm_since = in->t;
+	} else {
+		p->calm_since = -1;
+	}
+	int critical = room < reserve / 2;
+	int squeezed_long = squeezed && in->t - p->squeezed_since >= SQUEEZE_GIVE_S;
+	switch (st) {
+	case PRESSURE_CALM:
+		if (critical)
+			st = PRESSURE_GIVING;
+		else if (room < reserve || squeezed)
+			st = PRESSURE_PAUSED;
+		break;
+	case PRESSURE_PAUSED:
+		if (critical || squeezed_long)
+			st = PRESSURE_GIVING;
+		else if (p->calm_since >= 0 && in->t - p->calm_since >= CALM_S)
+			st = PRESSURE_CALM;
+		break;
+	case PRESSURE_GIVING:
+		if (!critical && !squeezed)
+			st = PRESSURE_PAUSED;
+		break;
+	}
+
+	memset(out, 0, sizeof(*out));
+	if (st == PRESSURE_GIVING && in->cache_used && in->t - p->last_give >= GIVE_EVERY_S) {
+		uint64_t step = in->cache_capacity / 32 > 16 * MIB ? in->cache_capacity / 32 : 16 * MIB;
+		out->give_back = step < in->cache_used ? step : in->cache_used;
+		p->last_give = in->t;
+	}
+	out->changed = st != p->state || drop != p->drop_copies;
+	p->state = out->state = st;
+	p->drop_copies = out->drop_copies = drop;
+}
+
+/* ---- the thread ---- */
+
+struct pressure {
+	struct core *c;
+	struct memwatch *mw;
+	struct pressure_policy pol;
+	uint64_t dataset;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int stop;
+	pthread_t th;
+	struct pressure_stats st;   /* lock */
+};
+
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static const char *state_name(enum pressure_state s)
+{
+	return s == PRESSURE_CALM ? "calm" : s == PRESSURE_PAUSED ? "paused" : "giving back";
+}
+
+static void tick(struct pressure *p)
+{
+	struct core *c = p->c;
+	struct pressure_in in = { .t = now_s(), .dataset_bytes = p->dataset };
+	struct pressure_out out;
+	struct cache_stats cs = { 0 };
+	enum pressure_state was = p->pol.state;
+	uint64_t given = 0;
+
+	if (memwatch_sample(p->mw, &in.mem) < 0)
+		return;
+	if (c->cache) {
+		cache_get_stats(c->cache, &cs);
+		in.cache_capacity = cs.capacity;
+		in.cache_used = cs.used;
+	}
+	pressure_step(&p->pol, &in, &out);
+	__atomic_store_n(&c->drop_copies, out.drop_copies, __ATOMIC_RELAXED);
+	if (c->cache && out.state != was) {
+		if (out.state == PRESSURE_CALM)
+			cache_set_limit(c->cache, cs.capacity);
+		else if (was == PRESSURE_CALM)
+			cache_set_limit(c->cache, cs.used);
+	}
+	if (c->cache && out.give_back)
+		given = cache_give_back(c->cache, out.give_back);
+	if (out.changed || given) {
+		uint64_t room = mem_room(&in.mem);
+		if (given)
+			log_warn("memory: %llu MiB left of a %llu MiB limit, the job refaulting %.0f "
+				 "pages/s; the cache gave back %llu MiB (whole items; it keeps %llu MiB)",
+				 (unsigned long long)(room / MIB), (unsigned long long)(in.mem.limit / MIB),
+				 p->pol.refault_rate, (unsigned long long)(given / MIB),
+				 (unsigned long long)((cs.used - given) / MIB));
+		else
+			log_info("memory: %llu MiB left of a %llu MiB limit (dataset %llu MiB): "
+				 "the cache is %s; files' copies in the kernel's page cache are %s",
+				 (unsigned long long)(room / MIB), (unsigned long long)(in.mem.limit / MIB),
+				 (unsigned long long)(p->dataset / MIB),
+				 out.state == PRESSURE_CALM ? "admitting" : state_name(out.state),
+				 out.drop_copies ? "dropped once read" : "kept");
+	}
+	pthread_mutex_lock(&p->lock);
+	p->st.limit = in.mem.limit;
+	p->st.room = mem_room(&in.mem);
+	p->st.refaults_per_s = (uint64_t)p->pol.refault_rate;
+	p->st.drop_copies = out.drop_copies;
+	p->st.state = out.state;
+	p->st.given_back += given;
+	if (was == PRESSURE_CALM && out.state != PRESSURE_CALM)
+		p->st.pauses++;
+	pthread_mutex_unlock(&p->lock);
+}
+
+static void *pressure_main(void *arg)
+{
+	struct pressure *p = arg;
+
+	pthread_mutex_lock(&p->lock);
+	while (!p->stop) {
+		pthread_mutex_unlock(&p->lock);
+		tick(p);
+		pthread_mutex_lock(&p->lock);
+		struct timespec dl;
+		clock_gettime(CLOCK_MONOTONIC, &dl);
+		dl.tv_nsec += (long)(PRESSURE_PERIOD_S * 1e9);
+		while (dl.tv_nsec >= 1000000000) {
+			dl.tv_sec++;
+			dl.tv_nsec -= 1000000000;
+		}
+		if (!p->stop)
+			pthread_cond_timedwait(&p->cond, &p->lock, &dl);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+int pressure_start(struct core *c, enum page_cache_mode mode, struct pressure **out)
+{
+	struct pressure *p = calloc(1, sizeof(*p));
+	struct index_totals t;
+	pthread_condattr_t ca;
+	int err;
+
+	if (!p)
+		return -ENOMEM;
+	if ((err = memwatch_open("", &p->mw)) < 0) {
+		free(p);
+		return err;
+	}
+	p->c = c;
+	index_totals(c->ix, &t);
+	p->dataset = t.bytes;
+	pressure_policy_init(&p->pol, mode);
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&p->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	tick(p);                    /* the first decision before the first read */
+	if ((err = pthread_create(&p->th, NULL, pressure_main, p))) {
+		memwatch_close(p->mw);
+		pthread_mutex_destroy(&p->lock);
+		pthread_cond_destroy(&p->cond);
+		free(p);
+		return -err;
+	}
+	*out = p;
+	return 0;
+}
+
+void pressure_stop(struct pressure *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->stop = 1;
+	pthread_cond_signal(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+	pthread_join(p->th, NULL);
+	memwatch_close(p->mw);
+	pthread_mutex_destroy(&p->lock);
+	pthread_cond_destroy(&p->cond);
+	free(p);
+}
+
+void pressure_get_stats(struct pressure *p, struct pressure_stats *s)
+{
+	pthread_mutex_lock(&p->lock);
+	*s = p->st;
+	pthread_mutex_unlock(&p->lock);
+}

@@ -1,0 +1,104 @@
+/* pressure.h - a cache that never squeezes the job it serves.
+ *
+ * The daemon's RAM cache is anonymous memory the kernel cannot reclaim;
+ * the job beside it (in the same container, pod or cgroup, or just on the
+ * same machine) needs room for its own memory and its libraries' pages. A
+ * thread samples memwatch (fs/util/memwatch.h) twice a second and acts in
+ * three steps, each undone when room comes back:
+ *
+ * 1. Kernel copies. Every file read through the mount leaves a copy in the
+ *    kernel's page cache above it. When the room left (limit - pinned -
+ *    mapped) could hold the whole dataset, those copies are what makes warm
+ *    epochs fast, and are kept. When it could not, they can only churn (a
+ *    shuffled epoch over a dataset larger than the page cache hits little)
+ *    and they push the job's own pages out: the mount then asks the kernel
+ *    to drop each file's copy a moment after the file was read to its end
+ *    (--page-cache auto; keep and drop force either).
+ * 2. Pause. When the room falls under RESERVE, or the job's evicted pages
+ *    come back as refaults (the sign of a job squeezed), the cache admits
+ *    nothing more; what it holds stays.
+ * 3. Give back. When the room falls under RESERVE / 2 (the kernel's OOM
+ *    killer is near, and it picks the biggest process: the daemon), or the
+ *    job keeps refaulting for SQUEEZE_GIVE_S with the cache paused, the
+ *    cache gives back its newest items, a step at a time, each step
+ *    counted and logged.
+ * Room again (2 x RESERVE, no refaults for CALM_S): the cache admits again,
+ * up to its --cache-size.
+ *
+ * The policy is a pure function of samples (pressure_step), so tests drive
+ * it with made-up numbers; the thread only feeds it and carries out what
+ * it says.
+ */
+#ifndef EPOCHFS_PRESSURE_H
+#define EPOCHFS_PRESSURE_H
+
+#include <stdint.h>
+
+#include "memwatch.h"
+
+enum page_cache_mode { PAGE_CACHE_AUTO, PAGE_CACHE_KEEP, PAGE_CACHE_DROP };
+enum pressure_state { PRESSURE_CALM, PRESSURE_PAUSED, PRESSURE_GIVING };
+
+#define PRESSURE_PERIOD_S 0.5
+#define SQUEEZE_REFAULTS_PER_S 256.0    /* file pages refaulting: 1 MiB/s */
+#define SQUEEZE_GIVE_S 10.0             /* squeezed this long while paused: give back */
+#define CALM_S 30.0                     /* no squeeze this long, and room: admit again */
+
+/* What the policy sees at one sample. */
+struct pressure_in {
+	double t;                   /* seconds, monotonic */
+	struct mem_sample mem;
+	uint64_t dataset_bytes;     /* what the mount serves */
+	uint64_t cache_capacity;    /* --cache-size (0: no cache) */
+	uint64_t cache_used;
+};
+
+/* What it decides. */
+struct pressure_out {
+	int drop_copies;            /* ask the kernel to drop files' copies once read */
+	enum pressure_state state;
+	uint64_t give_back;         /* bytes of cache to give back now (0: none) */
+	int changed;                /* state or drop_copies changed at this step: log it */
+};
+
+/* The policy's memory between samples. */
+struct pressure_policy {
+	enum page_cache_mode mode;
+	int started;
+	double last_t;
+	uint64_t last_refaults;
+	double refault_rate;        /* file pages a second, smoothed */
+	double squeezed_since;      /* < 0: not squeezed */
+	double calm_since;          /* < 0: not calm */
+	double last_give;
+	int drop_copies;
+	enum pressure_state state;
+};
+
+void pressure_policy_init(struct pressure_policy *p, enum page_cache_mode mode);
+void pressure_step(struct pressure_policy *p, const struct pressure_in *in, struct pressure_out *out);
+/* The room the policy keeps free: max(32 MiB, limit / 32). */
+uint64_t pressure_reserve(uint64_t limit);
+
+/* ---- the thread ---- */
+
+struct core;
+struct pressure;
+
+struct pressure_stats {
+	uint64_t limit, room;       /* gauges, bytes: the last sample */
+	uint64_t refaults_per_s;    /* gauge: the smoothed rate */
+	int drop_copies;            /* gauge */
+	enum pressure_state state;  /* gauge */
+	uint64_t given_back;        /* bytes of cache given back */
+	uint64_t pauses;            /* times admission was paused */
+};
+
+/* Starts watching for core C (whose cache, if any, it pauses and shrinks,
+ * and whose drop_copies flag it sets). MODE as --page-cache. 0 and *OUT,
+ * or -errno. */
+int pressure_start(struct core *c, enum page_cache_mode mode, struct pressure **out);
+void pressure_stop(struct pressure *p);
+void pressure_get_stats(struct pressure *p, struct pressure_stats *s);
+
+#endif

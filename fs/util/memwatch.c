@@ -1,0 +1,316 @@
+/* memwatch.c - see memwatch.h.
+ *
+ * Where the numbers come from:
+ * - cgroup v1 (/sys/fs/cgroup/memory/PATH): the limit is the smaller of
+ *   memory.limit_in_bytes and memory.stat's hierarchical_memory_limit (a
+ *   parent's limit binds too); pinned = memory.usage_in_bytes minus the
+ *   file LRU (total_inactive_file + total_active_file), which leaves anon,
+ *   shmem and kernel memory; mapped = total_mapped_file; majfaults =
+ *   total_pgmajfault; refaults = total_workingset_refault_file.
+ * - cgroup v2 (/sys/fs/cgroup/PATH): the limit is the smallest memory.max
+ *   from PATH up to the root; pinned = memory.current minus inactive_file
+ *   and active_file; mapped = file_mapped; majfaults = pgmajfault;
+ *   refaults = workingset_refault_file.
+ * - the machine (/proc/meminfo, /proc/vmstat): limit = MemTotal, pinned =
+ *   MemTotal - MemAvailable (the kernel's own estimate of what cannot be
+ *   had back), mapped = Mapped; /proc/vmstat's pgmajfault and
+ *   workingset_refault_file.
+ * A cgroup whose limit is no smaller than the machine's RAM is no limit:
+ * the machine's figures are used.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "memwatch.h"
+
+#define PATH_BYTES 4096
+
+struct memwatch {
+	char root[PATH_BYTES];      /* "" or a test tree */
+	enum mem_scope scope;
+	char dir[PATH_BYTES];       /* the cgroup's directory (v1, v2) */
+	int depth;                  /* v2: directories from dir up to the root */
+};
+
+/* Reads file PATH whole into BUF (LEN bytes, NUL-terminated): bytes, or -errno. */
+static ssize_t slurp(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n, got = 0;
+
+	if (fd < 0)
+		return -errno;
+	while ((size_t)got < len - 1 && (n = read(fd, buf + got, len - 1 - (size_t)got)) > 0)
+		got += n;
+	n = n < 0 ? -errno : got;
+	close(fd);
+	buf[got] = '\0';
+	return n;
+}
+
+/* A number alone in file PATH; "max" is UINT64_MAX. 0 or -errno. */
+static int read_u64(const char *path, uint64_t *v)
+{
+	char buf[64], *end;
+	ssize_t n = slurp(path, buf, sizeof(buf));
+
+	if (n < 0)
+		return (int)n;
+	if (!strncmp(buf, "max", 3)) {
+		*v = UINT64_MAX;
+		return 0;
+	}
+	errno = 0;
+	*v = strtoull(buf, &end, 10);
+	return end == buf || errno ? -EINVAL : 0;
+}
+
+/* The value of KEY in a "key value" file's text (kB units when KB), or -1. */
+static int64_t field(const char *text, const char *key, int kb)
+{
+	size_t k = strlen(key);
+
+	for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+		if (strncmp(p, key, k) || (p[k] != ' ' && p[k] != ':'))
+			continue;
+		const char *v = p + k + 1;
+		while (*v == ' ' || *v == '\t')
+			v++;
+		char *end;
+		long long n = strtoll(v, &end, 10);
+		if (end == v)
+			return -1;
+		return kb ? n * 1024 : n;
+	}
+	return -1;
+}
+
+/* OUT = A B C (PATH_BYTES at most), or -ENAMETOOLONG. */
+static int join(char *out, const char *a, const char *b, const char *c)
+{
+	size_t na = strlen(a), nb = strlen(b), nc = strlen(c);
+
+	if (na + nb + nc >= PATH_BYTES)
+		return -ENAMETOOLONG;
+	memcpy(out, a, na);
+	memcpy(out + na, b, nb);
+	memcpy(out + na + nb, c, nc + 1);
+	return 0;
+}
+
+static uint64_t machine_total(const char *root)
+{
+	char path[PATH_BYTES], text[8192];
+	int64_t v;
+
+	if (join(path, root, "/proc/meminfo", "") < 0 || slurp(path, text, sizeof(text)) < 0)
+		return 0;
+	v = field(text, "MemTotal", 1);
+	return v > 0 ? (uint64_t)v : 0;
+}
+
+/* The cgroup path of the memory controller in /proc/self/cgroup: v1's
+ * "N:...memory...:/path" line first, else v2's "0::/path". */
+static int find_cgroup(struct memwatch *m)
+{
+	char path[PATH_BYTES], text[8192], v2[PATH_BYTES] = "";
+
+	if (join(path, m->root, "/proc/self/cgroup", "") < 0 || slurp(path, text, sizeof(text)) < 0)
+		return -ENOENT;
+	char *save = NULL;
+
+	for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+		if (!c2)
+			continue;
+		*c1 = *c2 = '\0';
+		const char *ctl = c1 + 1, *cg = c2 + 1;
+		if (!strcmp(line, "0") && !*ctl) {
+			snprintf(v2, sizeof(v2), "%s", cg);
+			continue;
+		}
+		/* v1: the controller list is comma-separated. */
+		for (const char *p = ctl; *p;) {
+			size_t n = strcspn(p, ",");
+			if (n == 6 && !strncmp(p, "memory", 6)) {
+				if (join(m->dir, m->root, "/sys/fs/cgroup/memory", strcmp(cg, "/") ? cg : "") < 0)
+					return -ENAMETOOLONG;
+				join(path, m->dir, "/memory.limit_in_bytes", "");
+				if (access(path, R_OK) == 0) {
+					m->scope = MEM_CGROUP_V1;
+					return 0;
+				}
+			}
+			p += n + (p[n] == ',');
+		}
+	}
+	if (v2[0]) {
+		if (join(m->dir, m->root, "/sys/fs/cgroup", strcmp(v2, "/") ? v2 : "") < 0)
+			return -ENAMETOOLONG;
+		join(path, m->dir, "/memory.current", "");
+		if (access(path, R_OK) == 0) {
+			m->scope = MEM_CGROUP_V2;
+			m->depth = 0;
+			for (const char *p = v2; *p; p++)
+				m->depth += *p == '/' && p[1];
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+static int sample_system(struct memwatch *m, struct mem_sample *s)
+{
+	char path[PATH_BYTES], text[8192];
+	int64_t total, avail, mapped, cached, maj, ref;
+
+	if (join(path, m->root, "/proc/meminfo", "") < 0 || slurp(path, text, sizeof(text)) < 0)
+		return -EIO;
+	total = field(text, "MemTotal", 1);
+	avail = field(text, "MemAvailable", 1);
+	mapped = field(text, "Mapped", 1);
+	cached = field(text, "Cached", 1);
+	if (total <= 0 || avail < 0 || mapped < 0 || cached < 0)
+		return -EINVAL;
+	if (join(path, m->root, "/proc/vmstat", "") < 0 || slurp(path, text, sizeof(text)) < 0)
+		return -EIO;
+	maj = field(text, "pgmajfault", 0);
+	ref = field(text, "workingset_refault_file", 0);
+	*s = (struct mem_sample){ .scope = MEM_SYSTEM, .limit = (uint64_t)total,
+				  .pinned = total > avail ? (uint64_t)(total - avail) : 0,
+				  .mapped = (uint64_t)mapped, .file = (uint64_t)cached,
+				  .majfaults = maj > 0 ? (uint64_t)maj : 0,
+				  .refaults = ref > 0 ? (uint64_t)ref : 0 };
+	return 0;
+}
+
+static int sample_v1(struct memwatch *m, struct mem_sample *s)
+{
+	char path[PATH_BYTES], text[16384];
+	uint64_t limit, usage;
+	int64_t hier, inact, act, mapped, maj, ref;
+
+	join(path, m->dir, "/memory.limit_in_bytes", "");
+	if (read_u64(path, &limit) < 0)
+		return -EIO;
+	join(path, m->dir, "/memory.usage_in_bytes", "");
+	if (read_u64(path, &usage) < 0)
+		return -EIO;
+	join(path, m->dir, "/memory.stat", "");
+	if (slurp(path, text, sizeof(text)) < 0)
+		return -EIO;
+	hier = field(text, "hierarchical_memory_limit", 0);
+	inact = field(text, "total_inactive_file", 0);
+	act = field(text, "total_active_file", 0);
+	mapped = field(text, "total_mapped_file", 0);
+	maj = field(text, "total_pgmajfault", 0);
+	ref = field(text, "total_workingset_refault_file", 0);
+	if (inact < 0 || act < 0 || mapped < 0)
+		return -EINVAL;
+	if (hier > 0 && (uint64_t)hier < limit)
+		limit = (uint64_t)hier;
+	uint64_t file = (uint64_t)(inact + act);
+	*s = (struct mem_sample){ .scope = MEM_CGROUP_V1, .limit = limit,
+				  .pinned = usage > file ? usage - file : 0, .mapped = (uint64_t)mapped,
+				  .file = file, .majfaults = maj > 0 ? (uint64_t)maj : 0,
+				  .refaults = ref > 0 ? (uint64_t)ref : 0 };
+	return 0;
+}
+
+static int sample_v2(struct memwatch *m, struct mem_sample *s)
+{
+	char path[PATH_BYTES], dir[PATH_BYTES], text[16384];
+	uint64_t limit = UINT64_MAX, usage, v;
+	int64_t inact, act, mapped, maj, ref;
+
+	/* The tightest memory.max from our cgroup up to (not including) the root. */
+	snprintf(dir, sizeof(dir), "%s", m->dir);
+	for (int up = 0; up < m->depth; up++) {
+		join(path, dir, "/memory.max", "");
+		if (read_u64(path, &v) == 0 && v < limit)
+			limit = v;
+		char *slash = strrchr(dir, '/');
+		if (!slash)
+			break;
+		*slash = '\0';
+	}
+	join(path, m->dir, "/memory.current", "");
+	if (read_u64(path, &usage) < 0)
+		return -EIO;
+	join(path, m->dir, "/memory.stat", "");
+	if (slurp(path, text, sizeof(text)) < 0)
+		return -EIO;
+	inact = field(text, "inactive_file", 0);
+	act = field(text, "active_file", 0);
+	mapped = field(text, "file_mapped", 0);
+	maj = field(text, "pgmajfault", 0);
+	ref = field(text, "workingset_refault_file", 0);
+	if (inact < 0 || act < 0 || mapped < 0)
+		return -EINVAL;
+	uint64_t file = (uint64_t)(inact + act);
+	*s = (struct mem_sample){ .scope = MEM_CGROUP_V2, .limit = limit,
+				  .pinned = usage > file ? usage - file : 0, .mapped = (uint64_t)mapped,
+				  .file = file, .majfaults = maj > 0 ? (uint64_t)maj : 0,
+				  .refaults = ref > 0 ? (uint64_t)ref : 0 };
+	return 0;
+}
+
+int memwatch_sample(struct memwatch *m, struct mem_sample *s)
+{
+	switch (m->scope) {
+	case MEM_CGROUP_V1:
+		return sample_v1(m, s);
+	case MEM_CGROUP_V2:
+		return sample_v2(m, s);
+	default:
+		return sample_system(m, s);
+	}
+}
+
+int memwatch_open(const char *root, struct memwatch **out)
+{
+	struct memwatch *m = calloc(1, sizeof(*m));
+	struct mem_sample s;
+
+	if (!m)
+		return -ENOMEM;
+	snprintf(m->root, sizeof(m->root), "%s", root ? root : "");
+	m->scope = MEM_SYSTEM;
+	if (find_cgroup(m) == 0) {
+		/* A cgroup with no limit below the machine's RAM limits nothing. */
+		uint64_t total = machine_total(m->root);
+		if (memwatch_sample(m, &s) < 0 || (total && s.limit >= total))
+			m->scope = MEM_SYSTEM;
+	}
+	*out = m;
+	return 0;
+}
+
+void memwatch_close(struct memwatch *m)
+{
+	free(m);
+}
+
+enum mem_scope memwatch_scope(const struct memwatch *m)
+{
+	return m->scope;
+}
+
+uint64_t memwatch_limit_bytes(void)
+{
+	struct memwatch *m;
+	struct mem_sample s;
+	uint64_t v = 0;
+
+	if (memwatch_open("", &m) < 0)
+		return 0;
+	if (memwatch_sample(m, &s) == 0)
+		v = s.limit;
+	memwatch_close(m);
+	return v;
+}

@@ -1,0 +1,310 @@
+"""The hook epochfs-run puts into a Python process: every PyTorch DataLoader
+whose files lie under an epochfs mount tells the mount, at the start of
+each epoch, the order it will read them in.
+
+How: a DataLoader iterator takes every index of an epoch through
+_BaseDataLoaderIter._next_index, from a fresh iterator of its sampler each
+epoch. When it asks for an epoch's first index, the hook takes that one and
+the rest of the epoch's, keeps them, hands the iterator back as an iterator
+over that same list, maps the indices to files and writes them to
+MOUNT/.epochfs/order/STREAM, in the order the loader's workers will read
+them (their batches interleaved, see _reading_order).
+
+Training is unchanged, bit for bit: the sampler yields exactly what it
+would have, in the same order, and its draws from torch's global random
+stream happen at the very call where they happened without the hook (the
+epoch's first index); a sampler's own generator draws the rest of its epoch
+then rather than batch by batch, which changes no value it yields. No other
+random stream is touched. Nothing is imported into the job before
+torch itself is: the hook waits for torch.utils.data.dataloader to be
+imported. A dataset it cannot map (no `samples`/`imgs`/`files`, an
+IterableDataset), paths outside any epochfs mount, or a mount that takes no
+orders, is reported once on stderr and the job runs as before.
+
+Datasets mapped: ImageFolder and DatasetFolder (`samples`), anything with
+`samples`, `imgs` or `files` (paths, or tuples whose first item is one),
+Subset, ConcatDataset, nested. Samplers: any with a length (RandomSampler,
+SequentialSampler, DistributedSampler with set_epoch, BatchSampler and
+custom ones); one stream per DataLoader, per process (so per DDP rank),
+replaced at every epoch, removed with its DataLoader.
+"""
+import bisect
+import os
+import socket
+import sys
+import threading
+import weakref
+
+from ._mounts import mount_of, mounts, publish_order
+
+MAX_ORDER = 16 << 20                # the daemon takes no more paths in all orders
+_reported = set()
+_lock = threading.Lock()
+_counter = [0]
+_state = {"installed": False, "verbose": os.environ.get("EPOCHFS_RUN_VERBOSE") == "1",
+          "quiet": os.environ.get("EPOCHFS_RUN_QUIET") == "1"}
+
+
+def _say(key, msg):
+    """One line on stderr, once per KEY."""
+    with _lock:
+        if key in _reported or _state["quiet"]:
+            return
+        _reported.add(key)
+    sys.stderr.write("epochfs-run: %s\n" % msg)
+
+
+# ---- indices to paths ------------------------------------------------------
+
+def _path_of_sample(s):
+    if isinstance(s, (str, bytes, os.PathLike)):
+        return os.fsdecode(s)
+    if isinstance(s, (tuple, list)) and s and isinstance(s[0], (str, bytes, os.PathLike)):
+        return os.fsdecode(s[0])
+    return None
+
+
+def _resolver(ds):
+    """A function index -> path (or None) for dataset DS, or None if it
+    cannot be mapped."""
+    try:
+        from torch.utils.data import ConcatDataset, Subset
+    except ImportError:             # torch not there: not a DataLoader of ours
+        return None
+    if isinstance(ds, Subset):
+        inner = _resolver(ds.dataset)
+        if inner is None:
+            return None
+        idx = ds.indices
+        return lambda i: inner(int(idx[i]))
+    if isinstance(ds, ConcatDataset):
+        parts = [_resolver(d) for d in ds.datasets]
+        if any(p is None for p in parts):
+            return None
+        cum = list(ds.cumulative_sizes)
+
+        def concat(i):
+            k = bisect.bisect_right(cum, i)
+            return parts[k](i - (cum[k - 1] if k else 0))
+        return concat
+    for attr in ("samples", "imgs", "files"):
+        seq = getattr(ds, attr, None)
+        if isinstance(seq, (list, tuple)) and seq and _path_of_sample(seq[0]) is not None:
+            return lambda i, seq=seq: _path_of_sample(seq[i])
+    return None
+
+
+class _Mapper:
+    """Absolute paths to (mount, relative path), resolving each directory
+    once (an ImageNet has 1,000, not 1.28M)."""
+
+    def __init__(self):
+        self.known = mounts()
+        self.dirs = {}
+
+    def __call__(self, path):
+        d, base = os.path.split(path)
+        real = self.dirs.get(d)
+        if real is None:
+            real = self.dirs[d] = os.path.realpath(d)
+        return mount_of(os.path.join(real, base), self.known)
+
+
+# ---- the hook --------------------------------------------------------------
+
+def _flatten(items):
+    for x in items:
+        if isinstance(x, (list, tuple)):
+            for y in x:
+                yield y
+        else:
+            yield x
+
+
+def _reading_order(it, indices):
+    """The epoch's indices in the order the files will be read: a loader
+    with W worker processes hands batch b to worker b mod W, and the
+    workers read their batches side by side, so the J-th file of the
+    batches of one round is needed at about the same time. Interleaving
+    them (round by round: item J of each worker's batch, then item J + 1)
+    lets a prefetcher that follows the order in sequence fetch every
+    worker's next file, rather than one worker's whole batch first."""
+    workers = getattr(it, "_num_workers", 0) or 0
+    batches = [x for x in indices]
+    if workers < 2 or not batches or not isinstance(batches[0], (list, tuple)):
+        return list(_flatten(batches))
+    out = []
+    for r in range(0, len(batches), workers):
+        rnd = batches[r:r + workers]
+        for j in range(max(len(b) for b in rnd)):
+            for b in rnd:
+                if j < len(b):
+                    out.append(b[j])
+    return out
+
+
+def _stream_name(loader):
+    rank = ""
+    try:
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            rank = "-r%d" % dist.get_rank()
+    except Exception:
+        pass
+    sid = getattr(loader, "_epochfs_stream", None)
+    if sid is None:
+        with _lock:
+            _counter[0] += 1
+            sid = _counter[0]
+        loader._epochfs_stream = sid
+    host = socket.gethostname().split(".")[0][:20] or "host"
+    name = "%s-%d-dl%d%s" % (host, os.getpid(), sid, rank)
+    return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in name)[:64]
+
+
+def _publish(it, loader, indices):
+    """Writes the files of this epoch's INDICES (iterator IT of LOADER) in
+    order to the mount(s) they live on."""
+    from torch.utils.data.dataloader import _DatasetKind
+    if getattr(it, "_dataset_kind", None) != _DatasetKind.Map:
+        _say("iterable", "an IterableDataset has no order to tell; it runs as before")
+        return
+    sampler = it._index_sampler
+    try:
+        n = len(sampler)
+    except TypeError:
+        _say("nolen", "a sampler without a length: its order is not told")
+        return
+    if n > MAX_ORDER:
+        _say("huge", "an epoch of %d batches is more than an order holds; it runs as before" % n)
+        return
+    resolve = _resolver(loader.dataset)
+    if resolve is None:
+        _say("unmapped:%s" % type(loader.dataset).__name__,
+             "%s: cannot map its indices to files (no samples/imgs/files); it runs as before"
+             % type(loader.dataset).__name__)
+        return
+    mapper = _Mapper()
+    if not mapper.known:
+        _say("nomount", "no epochfs mount on this machine: nothing to tell")
+        return
+    per_mount = {}
+    outside = 0
+    for i in _reading_order(it, indices):
+        p = resolve(int(i))
+        m = mapper(os.path.abspath(p)) if p is not None else None
+        if m is None:
+            outside += 1
+            continue
+        per_mount.setdefault(m[0], []).append(m[1])
+    if outside and not per_mount:
+        _say("outside", "the DataLoader's files are on no epochfs mount: nothing to tell")
+        return
+    name = _stream_name(loader)
+    for mnt, rels in per_mount.items():
+        try:
+            publish_order(mnt, name, rels)
+        except OSError as e:
+            _say("nochannel:" + mnt, "%s takes no orders (%s); the job runs as before" % (mnt, e.strerror))
+            continue
+        _end_with(loader, mnt, name)
+        if _state["verbose"]:
+            sys.stderr.write("epochfs-run: order of %d files written to %s/.epochfs/order/%s\n"
+                             % (len(rels), mnt, name))
+        else:
+            _say("told:" + mnt, "DataLoader orders go to %s (prefetch ahead of the readers)" % mnt)
+
+
+def _end_with(loader, mnt, name):
+    """The stream ends with its DataLoader (or the process)."""
+    ends = getattr(loader, "_epochfs_ends", None)
+    if ends is None:
+        ends = loader._epochfs_ends = set()
+    if mnt in ends:
+        return
+    ends.add(mnt)
+    path = os.path.join(mnt, ".epochfs", "order", name)
+
+    def end(path=path):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    weakref.finalize(loader, end)
+
+
+def _patch(dataloader_module):
+    base = getattr(dataloader_module, "_BaseDataLoaderIter", None)
+    if base is None or getattr(base._next_index, "_epochfs", False):
+        return
+    orig = base._next_index
+
+    def _next_index(self):
+        it = self._sampler_iter
+        if it is None or getattr(self, "_epochfs_iter", None) is it:
+            return orig(self)
+        # The first index of an epoch: the sampler draws its randomness
+        # now, as it would have; take the rest of the epoch along.
+        first = next(it)                    # StopIteration: an empty epoch, as before
+        indices = [first]
+        indices.extend(it)
+        self._sampler_iter = self._epochfs_iter = iter(indices)
+        try:
+            _publish(self, self._epochfs_loader, indices)
+        except Exception as e:              # never let the hook break training
+            _say("error:%s" % type(e).__name__, "order not told (%s: %s); the job runs as before"
+                 % (type(e).__name__, e))
+        return next(self._sampler_iter)
+
+    orig_reset = base._reset
+
+    def _reset(self, loader, *args, **kwargs):
+        self._epochfs_loader = loader
+        return orig_reset(self, loader, *args, **kwargs)
+
+    orig_init = base.__init__
+
+    def __init__(self, loader, *args, **kwargs):
+        self._epochfs_loader = loader
+        orig_init(self, loader, *args, **kwargs)
+
+    _next_index._epochfs = True
+    base._next_index = _next_index
+    base._reset = _reset
+    base.__init__ = __init__
+
+
+class _Finder:
+    """Patches torch.utils.data.dataloader right after it is imported."""
+    TARGET = "torch.utils.data.dataloader"
+
+    def find_spec(self, name, path=None, target=None):
+        if name != self.TARGET:
+            return None
+        import importlib.machinery
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                loader = spec.loader
+                exec_module = loader.exec_module
+
+                def exec_and_patch(module, exec_module=exec_module):
+                    exec_module(module)
+                    _patch(module)
+                loader.exec_module = exec_and_patch
+                return spec
+        return None
+
+
+def install():
+    """Arms the hook in this process (idempotent)."""
+    if _state["installed"]:
+        return
+    _state["installed"] = True
+    mod = sys.modules.get(_Finder.TARGET)
+    if mod is not None:
+        _patch(mod)
+    else:
+        sys.meta_path.insert(0, _Finder())

@@ -1,0 +1,81 @@
+"""epochfs mounts, and writing orders to them (.epochfs/order/).
+
+A mount is recognised by its type in /proc/self/mountinfo (fuse.epochfs).
+An order is the list of paths, relative to the mount's root, that a job will
+read, one a line, written to MOUNT/.epochfs/order/STREAM; writing it from
+the start replaces the stream's previous order (docs/prefetch.md).
+"""
+import os
+
+_MOUNTINFO = "/proc/self/mountinfo"
+
+
+def _unescape(s):
+    # mountinfo escapes space, tab, newline and backslash as \ooo.
+    out, i = [], 0
+    while i < len(s):
+        if s[i] == "\\" and s[i + 1:i + 4].isdigit() and len(s[i + 1:i + 4]) == 3:
+            out.append(chr(int(s[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(s[i])
+            i += 1
+    return "".join(out)
+
+
+def mounts(mountinfo=_MOUNTINFO):
+    """The mountpoints of the epochfs mounts visible here, deepest first."""
+    found = []
+    try:
+        with open(mountinfo) as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                fields, rfields = left.split(), right.split()
+                if len(fields) >= 5 and rfields and rfields[0] == "fuse.epochfs":
+                    found.append(_unescape(fields[4]))
+    except OSError:
+        return []
+    return sorted(set(found), key=len, reverse=True)
+
+
+def mount_of(path, known=None):
+    """(mountpoint, path relative to it) for PATH under an epochfs mount,
+    else None. PATH should be absolute and free of symlinks (realpath)."""
+    for m in known if known is not None else mounts():
+        if path == m:
+            return m, ""
+        if path.startswith(m.rstrip("/") + "/"):
+            return m, path[len(m.rstrip("/")) + 1:]
+    return None
+
+
+def publish_order(mount, stream, paths):
+    """Writes the order PATHS (relative to MOUNT, one a line) as STREAM.
+    Returns how many were written; raises OSError if the mount takes no
+    orders (an old daemon, or --no-order)."""
+    d = os.path.join(mount, ".epochfs", "order")
+    fd = os.open(os.path.join(d, stream), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    n = 0
+    try:
+        buf = []
+        size = 0
+        for p in paths:
+            if "\n" in p:
+                continue            # no line can hold it; the read is just not prefetched
+            buf.append(p)
+            size += len(p) + 1
+            n += 1
+            if size >= 1 << 16:
+                _write_all(fd, ("\n".join(buf) + "\n").encode("utf-8", "surrogateescape"))
+                buf, size = [], 0
+        if buf:
+            _write_all(fd, ("\n".join(buf) + "\n").encode("utf-8", "surrogateescape"))
+    finally:
+        os.close(fd)
+    return n
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]

@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# The order channel (.epochfs/order/) and the prefetcher behind it, on a real
+# mount with a RAM cache of D/4: malformed orders are refused with EINVAL and
+# keep what came before; bad stream names and a 65th stream are refused; a
+# million-line order costs bounded memory; a reader that follows its order
+# gets exact bytes, mostly from staging; one that strays still gets exact
+# bytes and wastes at most the staging budget; a file changed after it was
+# staged is served new; idle orders expire; --page-cache drop leaves no copy
+# above the mount.
+. "$(dirname "$0")/lib.sh"
+EP_ALLOWED_STDERR='order (bad|big|x[0-9]+|idle)'
+
+"$GEN" "$T/src" --files 300 --classes 3 --seed 5 > /dev/null || fail "gen"
+D=$(du -sb --apparent-size "$T/src" | cut -f1)
+MEM=$((2 << 20))
+mount_ep "$T/src" "$T/m" --cache-size $((D / 4)) --prefetch-mem $MEM --prefetch-window 32 \
+	--order-expire 2
+O=$T/m/.epochfs/order
+[ -d "$O" ] || fail "no $O"
+
+# ---- malformed orders, names, too many streams ----
+python3 - "$O" <<'PY' || fail "order channel errors"
+import errno, os, sys
+O = sys.argv[1]
+
+def put(name, data, trunc=True):
+    fd = os.open(os.path.join(O, name), os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if trunc else os.O_APPEND))
+    try:
+        os.write(fd, data)
+        return 0
+    except OSError as e:
+        return e.errno
+    finally:
+        os.close(fd)
+
+def status(name):
+    with open(os.path.join(O, name)) as f:
+        return f.read()
+
+first = sorted(os.listdir(os.path.join(O, "../..", "class_0000")))[0]
+good = ("class_0000/%s\n" % first).encode()
+for bad in (b"/etc/passwd\n", b"../src/x\n", b"class_0000//x\n", b"class_0000/../../x\n", b"a\0b\n",
+            b"x" * 5000 + b"\n"):
+    e = put("bad", good + bad)
+    assert e == errno.EINVAL, (bad[:20], e)
+    assert "1 files" in status("bad"), status("bad")      # the line before it is kept
+assert put("bad", b"no/such/file.jpg\n" + good) == 0
+assert "1 files (1 paths no file has)" in status("bad"), status("bad")
+for name in ("a b", ".hidden", "x" * 65):
+    try:
+        os.close(os.open(os.path.join(O, name), os.O_WRONLY | os.O_CREAT))
+        raise AssertionError("stream name %r taken" % name)
+    except OSError as e:
+        assert e.errno == errno.EINVAL, (name, e)
+made = ["x%d" % i for i in range(63)]     # with "bad": 64 streams
+for n in made:
+    assert put(n, good) == 0
+try:
+    os.close(os.open(os.path.join(O, "x63"), os.O_WRONLY | os.O_CREAT))
+    raise AssertionError("a 65th stream was taken")
+except OSError as e:
+    assert e.errno == errno.ENOSPC, e
+assert len(os.listdir(O)) == 64
+for n in made + ["bad"]:
+    os.unlink(os.path.join(O, n))
+assert os.listdir(O) == []
+PY
+ok "malformed lines refused (EINVAL, earlier lines kept), bad names refused, a 65th stream ENOSPC"
+
+# ---- a huge order: a million lines, memory bounded ----
+rss() { awk '/VmRSS/ {print $2 * 1024}' "/proc/$EP_PID/status"; }
+r0=$(rss)
+python3 - "$O" "$T/src" <<'PY' || fail "huge order"
+import os, sys
+O, src = sys.argv[1:3]
+rel = "class_0000/" + sorted(os.listdir(os.path.join(src, "class_0000")))[0]
+with open(os.path.join(O, "big"), "w") as f:
+    line = rel + "\n"
+    for _ in range(100):
+        f.write(line * 10000)
+PY
+grep -q "order 1: 1000000 files" "$O/big" || fail "big order: $(cat "$O/big")"
+r1=$(rss)
+[ $((r1 - r0)) -lt $((48 << 20)) ] || fail "a million-line order took $(((r1 - r0) >> 20)) MB"
+rm "$O/big"
+ok "a million-line order: $(((r1 - r0) >> 20)) MB of daemon memory, gone with rm"
+
+# ---- readers: in order, stray, a change under a staged file ----
+# read_order SEED: writes a shuffled order (SEED) as stream NAME and reads
+# the files in the order of READSEED, comparing with SOURCE. Prints "bad".
+read_order() {
+	python3 - "$T/src" "$T/m" "$1" "$2" "$3" <<'PY'
+import os, random, sys
+src, mnt, name, oseed, rseed = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+files = sorted(os.path.relpath(os.path.join(d, f), src) for d, _, fs in os.walk(src) for f in fs)
+order = files[:]
+random.Random(oseed).shuffle(order)
+with open(os.path.join(mnt, ".epochfs/order", name), "w") as f:
+    f.write("".join(p + "\n" for p in order))
+reads = files[:]
+random.Random(rseed).shuffle(reads)
+bad = 0
+for rel in reads:
+    with open(os.path.join(src, rel), "rb") as a, open(os.path.join(mnt, rel), "rb") as b:
+        bad += a.read() != b.read()
+print(bad)
+PY
+}
+S=$T/m/.epochfs/stats.json
+biggest=$(find "$T/src" -type f -printf '%s\n' | sort -n | tail -1)
+[ "$(read_order follow 1 1)" = 0 ] || fail "in order: wrong bytes"
+hits=$(stat_of "$T/m" prefetch_hits) fetched=$(stat_of "$T/m" prefetch_bytes)
+peak=$(stat_of "$T/m" prefetch_staged_peak_bytes) st=$(stat_of "$T/m" storage_read_bytes)
+[ "$hits" -gt 100 ] || fail "in order: only $hits reads came from staging"
+[ "$peak" -le $((MEM + biggest)) ] || fail "staging peaked at $peak, budget $MEM"
+[ "$st" -le $((D * 102 / 100)) ] || fail "in order: $st storage bytes for a $D-byte dataset"
+ok "in order: exact bytes, $hits reads served from staging, $fetched bytes prefetched, staging peak $peak <= $MEM + one file"
+"$ROOT/$BUILD/epochfs-stat" "$T/m" --count 1 | head -1 | grep -q "ahead MB/s.*staged/s.*late" ||
+	fail "epochfs-stat shows no prefetch columns"
+"$ROOT/$BUILD/epochfs-stat" "$T/m" --count 1 --json | python3 -c '
+import json, sys
+r = json.loads(sys.stdin.readline())
+assert r["order_streams"] == 1 and r["prefetch_mb_s"] > 0 and r["prefetch_hits_per_s"] > 0, r' ||
+	fail "epochfs-stat --json: no prefetch figures"
+rm "$O/follow"
+
+w0=$(stat_of "$T/m" prefetch_wasted_bytes)
+echo 3 > /proc/sys/vm/drop_caches
+[ "$(read_order stray 2 3)" = 0 ] || fail "stray reader: wrong bytes"
+rm "$O/stray"
+wasted=$(($(stat_of "$T/m" prefetch_wasted_bytes) - w0))
+[ "$wasted" -le $((MEM + biggest)) ] || fail "a stray reader wasted $wasted bytes (budget $MEM)"
+ok "stray reader (another seed): exact bytes, $wasted bytes wasted (budget $MEM)"
+
+# A file staged, then rewritten in SOURCE before it is read: the new bytes.
+python3 - "$T/src" "$T/m" <<'PY' || fail "a staged file changed under the mount was served stale"
+import json, os, sys, time
+src, mnt = sys.argv[1:3]
+files = sorted(os.path.relpath(os.path.join(d, f), src) for d, _, fs in os.walk(src) for f in fs)
+cached = set()
+# Files the RAM cache holds cannot be staged: pick from the end of the
+# sorted list, order them first, and wait until they are staged.
+pick = files[-8:]
+os.system("echo 3 > /proc/sys/vm/drop_caches")
+with open(os.path.join(mnt, ".epochfs/order/change"), "w") as f:
+    f.write("".join(p + "\n" for p in pick))
+stats = lambda: json.load(open(os.path.join(mnt, ".epochfs/stats.json")))
+t = time.time()
+while stats()["prefetch_staged_bytes"] == 0 and time.time() - t < 10:
+    time.sleep(0.05)
+assert stats()["prefetch_staged_bytes"] > 0, "nothing was staged"
+for rel in pick:
+    p = os.path.join(src, rel)
+    with open(p, "r+b") as f:
+        old = f.read()
+        f.seek(0)
+        f.write(bytes(b ^ 0x5A for b in old))
+time.sleep(0.3)
+for rel in pick:
+    with open(os.path.join(src, rel), "rb") as a, open(os.path.join(mnt, rel), "rb") as b:
+        assert a.read() == b.read(), rel
+os.unlink(os.path.join(mnt, ".epochfs/order/change"))
+PY
+ok "files staged and then rewritten in SOURCE are served with their new bytes"
+
+# ---- expiry ----
+find "$T/src" -type f | head -1 | sed "s|$T/src/||" > "$O/idle"
+[ -e "$O/idle" ] || fail "no idle stream"
+wait_for test ! -e "$O/idle" || fail "an idle order did not expire after 2 s"
+grep -q "order idle: no read seen" "$T/daemon.err" || fail "no expiry line"
+ok "an order idle for --order-expire is dropped, with one line"
+umount_ep
+
+# ---- --page-cache drop / keep: the kernel's copy above the mount ----
+mount_ep "$T/src" "$T/m" --page-cache drop
+f=$(find "$T/src" -type f | head -1)
+rel=${f#"$T/src/"}
+cmp "$f" "$T/m/$rel" || fail "page-cache drop: wrong bytes"
+pages() { fincore --noheadings --output PAGES "$T/m/$rel" | tr -d ' '; }
+no_pages() { [ "$(pages)" = 0 ]; }
+wait_for no_pages || fail "--page-cache drop: $(pages) pages still cached above the mount"
+[ "$(stat_of "$T/m" page_cache_drops)" -ge 1 ] || fail "page_cache_drops not counted"
+cmp "$f" "$T/m/$rel" || fail "page-cache drop: wrong bytes on the second read"
+umount_ep
+mount_ep "$T/src" "$T/m" --page-cache keep
+cat "$T/m/$rel" > /dev/null
+sleep 3
+[ "$(pages)" -gt 0 ] || fail "--page-cache keep: the kernel's copy went"
+umount_ep
+ok "--page-cache drop: no copy above the mount once read (counted); keep: the copy stays"

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# epochfs-run with real torchvision DataLoaders over a mount: training is
+# unchanged bit for bit (batches, labels, pixels, torch's random stream after
+# the job), every epoch's order reaches the daemon (the paths counted), the
+# order written is the order read (no workers: exactly; 2 workers: each
+# worker's files in sequence), a dataset the hook cannot map is reported once
+# and runs as before, the streams go with their loaders, and the prefetcher
+# served reads. Skipped where python3-torchvision is not installed.
+. "$(dirname "$0")/lib.sh"
+PY=/usr/bin/python3
+$PY -c 'import torch, torchvision' 2>/dev/null || skip "python3-torchvision is not installed"
+RUN=$ROOT/$BUILD/epochfs-run
+
+"$RUN" --help | grep -q "COMMAND" || fail "epochfs-run --help"
+"$RUN" 2> "$T/e"; [ $? = 2 ] && grep -q "missing COMMAND" "$T/e" || fail "epochfs-run without a command"
+"$RUN" --bogus -- true 2> "$T/e"; [ $? = 2 ] || fail "epochfs-run took an unknown option"
+"$RUN" -- sh -c 'exit 3'; [ $? = 3 ] || fail "epochfs-run did not pass the exit status on"
+
+"$GEN" "$T/src" --files 120 --classes 3 --seed 9 > /dev/null || fail "gen"
+D=$(du -sb --apparent-size "$T/src" | cut -f1)
+mount_ep "$T/src" "$T/m" --cache-size $((D / 4))
+
+$PY "$(dirname "$0")/run_job.py" "$T/m" > "$T/plain" 2> "$T/plain.err" || fail "plain job: $(cat "$T/plain.err")"
+p0=$(stat_of "$T/m" order_paths)
+[ "$p0" = 0 ] || fail "a job without epochfs-run wrote orders"
+echo 3 > /proc/sys/vm/drop_caches      # what the RAM cache lacks is now read from storage
+EPOCHFS_PYTHON=$PY "$RUN" -- $PY "$(dirname "$0")/run_job.py" "$T/m" > "$T/hooked" 2> "$T/hooked.err" ||
+	fail "job under epochfs-run: $(cat "$T/hooked.err")"
+cmp -s "$T/plain" "$T/hooked" || fail "training changed under epochfs-run"
+# 2 epochs x 120 + (60 + 40) + 2 epochs x 60 (rank 1 of 2)
+[ "$(stat_of "$T/m" order_paths)" = 460 ] || fail "order_paths $(stat_of "$T/m" order_paths), expected 460"
+[ "$(grep -c "Numbers: cannot map" "$T/hooked.err")" = 1 ] || fail "the unmappable dataset: $(cat "$T/hooked.err")"
+grep -q "DataLoader orders go to $T/m" "$T/hooked.err" || fail "no line saying where orders go"
+[ -z "$(ls "$T/m/.epochfs/order")" ] || fail "streams left after the job: $(ls "$T/m/.epochfs/order")"
+[ "$(stat_of "$T/m" prefetch_bytes)" -gt 0 ] || fail "nothing was prefetched"
+ok "same batches and random stream with and without epochfs-run; 460 paths told; unmappable reported once"
+
+EPOCHFS_PYTHON=$PY "$RUN" -q -- $PY "$(dirname "$0")/run_order.py" "$T/m" "$T/m" > "$T/o" 2>&1 || fail "$(cat "$T/o")"
+ok "the order written is the order read (0 and 2 workers)"
+
+umount_ep
+mount_ep "$T/src" "$T/m" --no-order
+EPOCHFS_PYTHON=$PY "$RUN" -- $PY "$(dirname "$0")/run_job.py" "$T/m" > "$T/hooked2" 2> "$T/hooked2.err" ||
+	fail "job on a --no-order mount: $(cat "$T/hooked2.err")"
+cmp -s "$T/plain" "$T/hooked2" || fail "training changed on a --no-order mount"
+grep -q "takes no orders" "$T/hooked2.err" || fail "a mount without the channel was not reported: $(cat "$T/hooked2.err")"
+umount_ep
+ok "a mount with no order channel: reported once, the job runs as before"

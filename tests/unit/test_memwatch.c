@@ -1,0 +1,248 @@
+/* Unit tests of the memory watch (fake /proc and /sys trees) and of the
+ * pressure policy (made-up samples): kernel copies, pause, give-back. */
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "helpers.h"
+#include "memwatch.h"
+#include "pressure.h"
+
+#define MIB (1ull << 20)
+#define GIB (1ull << 30)
+
+static char *root;
+
+static void setup(void)
+{
+	root = th_tmpdir();
+	th_mkdir(root, "proc");
+	th_mkdir(root, "proc/self");
+	th_write(root, "proc/meminfo", "MemTotal:       8388608 kB\nMemFree:   100 kB\n"
+				       "MemAvailable:   6291456 kB\nCached:    2097152 kB\n"
+				       "Mapped:     102400 kB\n");
+	th_write(root, "proc/vmstat", "nr_free_pages 1\npgmajfault 77\nworkingset_refault_file 5\n");
+}
+
+static void teardown(void)
+{
+	th_rmrf(root);
+	free(root);
+}
+
+TestSuite(memwatch, .init = setup, .fini = teardown, .timeout = 10);
+
+static void mkdirs(const char *rel)
+{
+	char p[4200];
+
+	snprintf(p, sizeof(p), "mkdir -p '%s/%s'", root, rel);
+	cr_assert_eq(system(p), 0);
+}
+
+Test(memwatch, no_cgroup_means_the_machine)
+{
+	struct memwatch *m;
+	struct mem_sample s;
+
+	th_write(root, "proc/self/cgroup", "0::/\n");
+	cr_assert_eq(memwatch_open(root, &m), 0);
+	cr_expect_eq(memwatch_scope(m), MEM_SYSTEM);
+	cr_assert_eq(memwatch_sample(m, &s), 0);
+	cr_expect_eq(s.limit, 8 * GIB);
+	cr_expect_eq(s.pinned, 2 * GIB);            /* MemTotal - MemAvailable */
+	cr_expect_eq(s.mapped, 100 * MIB);
+	cr_expect_eq(s.majfaults, 77);
+	cr_expect_eq(s.refaults, 5);
+	cr_expect_eq(mem_room(&s), 6 * GIB - 100 * MIB);
+	memwatch_close(m);
+}
+
+Test(memwatch, cgroup_v1_limit_usage_and_the_file_lru)
+{
+	struct memwatch *m;
+	struct mem_sample s;
+
+	th_write(root, "proc/self/cgroup", "5:cpu,cpuacct:/x\n4:memory:/job/a\n0::/\n");
+	mkdirs("sys/fs/cgroup/memory/job/a");
+	th_write(root, "sys/fs/cgroup/memory/job/a/memory.limit_in_bytes", "2147483648\n");
+	th_write(root, "sys/fs/cgroup/memory/job/a/memory.usage_in_bytes", "2000000000\n");
+	/* A parent's tighter limit binds; the file LRU is not pinned. */
+	th_write(root, "sys/fs/cgroup/memory/job/a/memory.stat",
+		 "cache 5\nrss 6\nhierarchical_memory_limit 1073741824\ntotal_inactive_file 300000000\n"
+		 "total_active_file 200000000\ntotal_mapped_file 100000000\ntotal_pgmajfault 9\n"
+		 "workingset_refault_file 1\ntotal_workingset_refault_file 42\n");
+	cr_assert_eq(memwatch_open(root, &m), 0);
+	cr_expect_eq(memwatch_scope(m), MEM_CGROUP_V1);
+	cr_assert_eq(memwatch_sample(m, &s), 0);
+	cr_expect_eq(s.limit, GIB);
+	cr_expect_eq(s.pinned, 1500000000);
+	cr_expect_eq(s.mapped, 100000000);
+	cr_expect_eq(s.file, 500000000);
+	cr_expect_eq(s.majfaults, 9);
+	cr_expect_eq(s.refaults, 42, "the hierarchy's total, not the cgroup's own");
+	cr_expect_eq(mem_room(&s), 0, "more in use than the limit: no room");
+	memwatch_close(m);
+}
+
+Test(memwatch, cgroup_v2_takes_the_tightest_max_up_the_tree)
+{
+	struct memwatch *m;
+	struct mem_sample s;
+
+	th_write(root, "proc/self/cgroup", "0::/pod/job\n");
+	mkdirs("sys/fs/cgroup/pod/job");
+	th_write(root, "sys/fs/cgroup/pod/memory.max", "1073741824\n");
+	th_write(root, "sys/fs/cgroup/pod/job/memory.max", "max\n");
+	th_write(root, "sys/fs/cgroup/pod/job/memory.current", "600000000\n");
+	th_write(root, "sys/fs/cgroup/pod/job/memory.stat",
+		 "anon 1\nfile 2\nfile_mapped 50000000\ninactive_file 100000000\nactive_file 50000000\n"
+		 "pgmajfault 3\nworkingset_refault_file 8\n");
+	cr_assert_eq(memwatch_open(root, &m), 0);
+	cr_expect_eq(memwatch_scope(m), MEM_CGROUP_V2);
+	cr_assert_eq(memwatch_sample(m, &s), 0);
+	cr_expect_eq(s.limit, GIB);
+	cr_expect_eq(s.pinned, 450000000);
+	cr_expect_eq(s.mapped, 50000000);
+	cr_expect_eq(s.refaults, 8);
+	cr_expect_eq(mem_room(&s), GIB - 500000000);
+	memwatch_close(m);
+}
+
+Test(memwatch, a_cgroup_without_a_limit_is_the_machine)
+{
+	struct memwatch *m;
+
+	th_write(root, "proc/self/cgroup", "4:memory:/free\n");
+	mkdirs("sys/fs/cgroup/memory/free");
+	th_write(root, "sys/fs/cgroup/memory/free/memory.limit_in_bytes", "9223372036854771712\n");
+	th_write(root, "sys/fs/cgroup/memory/free/memory.usage_in_bytes", "1\n");
+	th_write(root, "sys/fs/cgroup/memory/free/memory.stat",
+		 "total_inactive_file 0\ntotal_active_file 0\ntotal_mapped_file 0\n");
+	cr_assert_eq(memwatch_open(root, &m), 0);
+	cr_expect_eq(memwatch_scope(m), MEM_SYSTEM);
+	memwatch_close(m);
+}
+
+Test(memwatch, garbage_is_an_error_not_a_number)
+{
+	struct memwatch *m;
+	struct mem_sample s;
+
+	th_write(root, "proc/self/cgroup", "0::/\n");
+	th_write(root, "proc/meminfo", "MemTotal: lots\n");
+	cr_assert_eq(memwatch_open(root, &m), 0);
+	cr_expect_lt(memwatch_sample(m, &s), 0);
+	memwatch_close(m);
+}
+
+/* ---- the policy ---- */
+
+/* A sample at T: LIMIT, pinned so that ROOM is left, REFAULTS so far. */
+static struct pressure_in at(double t, uint64_t limit, uint64_t room, uint64_t refaults)
+{
+	return (struct pressure_in){ .t = t, .dataset_bytes = 500 * MIB, .cache_capacity = 256 * MIB,
+				     .cache_used = 256 * MIB,
+				     .mem = { .limit = limit, .pinned = limit - room, .refaults = refaults } };
+}
+
+Test(pressure, kernel_copies_are_kept_while_the_dataset_fits_in_the_room)
+{
+	struct pressure_policy p;
+	struct pressure_out o;
+	struct pressure_in in;
+
+	pressure_policy_init(&p, PAGE_CACHE_AUTO);
+	in = at(0, 16 * GIB, 8 * GIB, 0);
+	pressure_step(&p, &in, &o);
+	cr_expect_eq(o.drop_copies, 0);
+	cr_expect_eq(o.state, PRESSURE_CALM);
+	in = at(1, 16 * GIB, 400 * MIB, 0);         /* less room than the dataset */
+	pressure_step(&p, &in, &o);
+	cr_expect_eq(o.drop_copies, 1);
+	cr_expect(o.changed);
+	in = at(2, 16 * GIB, 2 * GIB, 0);           /* over the dataset + the margin (1 GiB) + 10% */
+	pressure_step(&p, &in, &o);
+	cr_expect_eq(o.drop_copies, 0);
+	/* Forced either way. */
+	pressure_policy_init(&p, PAGE_CACHE_KEEP);
+	in = at(0, 16 * GIB, 100 * MIB, 0);
+	pressure_step(&p, &in, &o);
+	cr_expect_eq(o.drop_copies, 0);
+	pressure_policy_init(&p, PAGE_CACHE_DROP);
+	in = at(0, 16 * GIB, 8 * GIB, 0);
+	pressure_step(&p, &in, &o);
+	cr_expect_eq(o.drop_copies, 1);
+}
+
+Test(pressure, little_room_pauses_then_gives_back_then_calm_admits_again)
+{
+	struct pressure_policy p;
+	struct pressure_out o;
+	struct pressure_in in;
+	uint64_t reserve = pressure_reserve(GIB);   /* 32 MiB */
+
+	cr_expect_eq(reserve, 32 * MIB);
+	pressure_policy_init(&p, PAGE_CACHE_AUTO);
+	in = at(0, GIB, reserve - MIB, 0);
+	pressure_step(&p, &in, &o);
+	cr_expect_eq(o.state, PRESSURE_PAUSED);
+	cr_expect_eq(o.give_back, 0);
+	in = at(1, GIB, reserve / 2 - MIB, 0);      /* OOM near: give back a step */
+	pressure_step(&p, &in, &o);
+	cr_expect_eq(o.state, PRESSURE_GIVING);
+	cr_expect_eq(o.give_back, 16 * MIB);
+	in = at(1.5, GIB, reserve / 2 - MIB, 0);    /* not again before 2 s */
+	pressure_step(&p, &in, &o);
+	cr_expect_eq(o.give_back, 0);
+	in = at(3.5, GIB, reserve / 2 - MIB, 0);
+	pressure_step(&p, &in, &o);
+	cr_expect_eq(o.give_back, 16 * MIB);
+	in = at(4, GIB, reserve, 0);                /* enough not to give, not to admit */
+	pressure_step(&p, &in, &o);
+	cr_expect_eq(o.state, PRESSURE_PAUSED);
+	for (double t = 5; t < 5 + CALM_S; t += 1) {
+		in = at(t, GIB, 3 * reserve, 0);
+		pressure_step(&p, &in, &o);
+		cr_expect_eq(o.state, PRESSURE_PAUSED, "calm too soon at %.0f s", t);
+	}
+	in = at(5 + CALM_S, GIB, 3 * reserve, 0);
+	pressure_step(&p, &in, &o);
+	cr_expect_eq(o.state, PRESSURE_CALM);
+}
+
+Test(pressure, a_squeezed_job_pauses_the_cache_then_gets_memory_back)
+{
+	struct pressure_policy p;
+	struct pressure_out o;
+	struct pressure_in in;
+	uint64_t refaults = 0;
+
+	pressure_policy_init(&p, PAGE_CACHE_AUTO);
+	/* Room for neither the dataset nor much else, but above the reserve:
+	 * only the refaults tell that the job is being squeezed. */
+	in = at(0, GIB, 100 * MIB, refaults);
+	pressure_step(&p, &in, &o);
+	cr_expect_eq(o.state, PRESSURE_CALM);
+	cr_expect_eq(o.drop_copies, 1);
+	int paused_at = -1, gave_at = -1;
+	for (int t = 1; t <= 20; t++) {
+		refaults += 2000;                   /* 2,000 pages a second come back */
+		in = at(t, GIB, 100 * MIB, refaults);
+		pressure_step(&p, &in, &o);
+		if (o.state == PRESSURE_PAUSED && paused_at < 0)
+			paused_at = t;
+		if (o.give_back && gave_at < 0)
+			gave_at = t;
+	}
+	cr_expect(paused_at > 0 && paused_at <= 3, "paused at %d s", paused_at);
+	cr_expect(gave_at >= paused_at + (int)SQUEEZE_GIVE_S, "gave back at %d s", gave_at);
+	/* One burst (a library loaded at import) is not a squeeze. */
+	pressure_policy_init(&p, PAGE_CACHE_AUTO);
+	in = at(0, GIB, 100 * MIB, 0);
+	pressure_step(&p, &in, &o);
+	in = at(0.5, GIB, 100 * MIB, 100);
+	pressure_step(&p, &in, &o);
+	cr_expect_eq(o.state, PRESSURE_CALM);
+}

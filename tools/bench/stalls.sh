@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# make bench part 7: data stalls of an unmodified torchvision job, end to end.
+#
+# One generated ImageFolder dataset of D bytes (the part 3 dataset, 4,000
+# JPEGs), the job tools/bench/tv_train.py (ImageFolder + RandomResizedCrop +
+# flip + ToTensor + Normalize, DataLoader batch 64, shuffle, W workers), the
+# disk throttled to BPS bytes/s (blkio), and one memory cgroup of the
+# pipeline's own memory plus D/2 around everything that runs:
+#   ram     the dataset copied to /dev/shm, no memory limit: no fetch at all
+#           (the pipeline's memory is measured here: the cgroup's peak);
+#   native  the job on SOURCE (the kernel's page cache);
+#   epochfs the job on an epochfs mount with --cache-size D/2, the daemon in
+#           the same cgroup;
+#   run     the same under epochfs-run (the job's order goes to the mount),
+#           with the same total memory: --cache-size D/2 - P and
+#           --prefetch-mem P (STALL_PREFETCH_MB, default 16);
+#   reader  fio-style, once per disk speed: one thread reading whole files
+#           in a fresh shuffled order (tools/bench/order_reader.py) on the
+#           run configuration's mount, without its order told ("reader")
+#           and with it ("reader+order").
+# Per configuration, EPOCHS epochs; epochs >= 1 count (median seconds), with
+# the bytes the daemon read from storage and the cgroup's device bytes
+# beside the daemon's (the job's own: its libraries re-read under pressure).
+# The fetch stall removed is (native - x) / (native - ram).
+#
+# Needs root, cgroup v1 memory and blkio, /dev/shm room for D, and Debian's
+# python3-torchvision (installed when missing). Environment: STALL_BPS
+# ("26214400 104857600"), STALL_WORKERS ("2 4"), STALL_EPOCHS (3),
+# STALL_RUNS (1; medians over runs), STALL_CONFIGS ("ram native epochfs run reader"),
+# STALL_FILES (4000), THRASH_DIR (the dataset, build/bench-thrash), BUILD.
+set -eu
+cd "$(dirname "$0")/../.."
+FILES=${STALL_FILES:-4000}
+EPOCHS=${STALL_EPOCHS:-3}
+RUNS=${STALL_RUNS:-1}
+BPSS=${STALL_BPS:-26214400 104857600}
+WORKERSS=${STALL_WORKERS:-2 4}
+CONFIGS=${STALL_CONFIGS:-ram native epochfs run reader}
+PF=$((${STALL_PREFETCH_MB:-16} << 20))
+DATA=${THRASH_DIR:-build/bench-thrash}
+MEMROOT=/sys/fs/cgroup/memory
+BLKROOT=/sys/fs/cgroup/blkio
+PY=/usr/bin/python3
+for d in $MEMROOT $BLKROOT; do
+	[ -w "$d" ] || { echo "stalls: $d not writable (needs root and cgroup v1); skipped" >&2; exit 0; }
+done
+if ! $PY -c "import torchvision" 2>/dev/null; then
+	EPOCHFS_DEPS_EXTRA="python3-torchvision python3-numpy python3-pil" bash tools/install-deps.sh ||
+		{ echo "stalls: needs python3-torchvision; skipped" >&2; exit 0; }
+fi
+
+. tools/bench/lib.sh
+MEMCG=$MEMROOT/epochfs-stalls-$$
+BLKCG=$BLKROOT/epochfs-stalls-$$
+SHM=/dev/shm/epochfs-stalls-$$
+bench_cleanup_more() {
+	[ -n "$EP_PID" ] && wait "$EP_PID" 2>/dev/null
+	rm -rf "$SHM"
+	for _ in $(seq 50); do
+		rmdir "$MEMCG" "$BLKCG" 2>/dev/null
+		[ -d "$MEMCG" ] || [ -d "$BLKCG" ] || break
+		sleep 0.1
+	done
+}
+bench_init stalls
+mkdir -p "$MEMCG" "$BLKCG"
+
+if [ ! -f "$DATA/.files-$FILES" ]; then
+	rm -rf "$DATA"
+	"$BUILD/epochfs-gen" "$DATA" --files "$FILES" --classes 100 --seed 7
+	touch "$DATA/.files-$FILES"
+fi
+SRC=$(realpath "$DATA")
+D=$(find "$SRC" -type f -name '*.jpg' -printf '%s\n' | awk '{s+=$1} END {print s}')
+HALF=$((D / 2))
+dev=$(stat -c '%d' "$SRC")
+DEVNO="$((dev >> 8)):$((dev & 255))"
+[ -e "/sys/dev/block/$DEVNO/partition" ] && DEVNO=$(cat "/sys/dev/block/$DEVNO/../dev")
+
+in_cg() { sh -c 'echo $$ > "$1/cgroup.procs"; echo $$ > "$2/cgroup.procs"; shift 2; exec "$@"' sh "$MEMCG" "$BLKCG" "$@"; }
+throttle() { echo "$DEVNO ${1:-0}" > "$BLKCG/blkio.throttle.read_bps_device"; }
+limit() { echo "${1:--1}" > "$MEMCG/memory.limit_in_bytes"; }
+cg_dev_read() { awk -v d="$DEVNO" '$1 == d && $2 == "Read" {print $3}' "$BLKCG/blkio.throttle.io_service_bytes"; }
+io_read() { awk '/^read_bytes/ {print $2}' "/proc/$1/io"; }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+mount_ep() {
+	(exec sh -c 'echo $$ > "$1/cgroup.procs"; echo $$ > "$2/cgroup.procs"; shift 2; exec "$@"' \
+		sh "$MEMCG" "$BLKCG" "$BUILD/epochfs" -f "$@" "$SRC" "$W/mnt" 2>>"$W/daemon.err") &
+	EP_PID=$!
+	wait_mount "$W/mnt"
+}
+umount_ep() { fusermount3 -u "$W/mnt"; wait "$EP_PID"; EP_PID=; }
+
+# job NAME DIR WORKERS [run|reader|order]: EPOCHS epochs of the job in the
+# cgroups (the torchvision job; under epochfs-run with "run"; the one-thread
+# reader with "reader", telling its order with "order"); appends
+# "NAME epoch seconds waited storage_bytes cg_dev_bytes daemon_dev_bytes cpu".
+job() {
+	local name=$1 dir=$2 workers=$3 cmd
+	cmd=($PY tools/bench/tv_train.py "$dir" --workers "$workers" --epochs "$EPOCHS")
+	case "${4:-}" in
+	run) cmd=("$BUILD/epochfs-run" -q -- "${cmd[@]}") ;;
+	reader) cmd=($PY tools/bench/order_reader.py "$dir" --epochs "$EPOCHS") ;;
+	order) cmd=($PY tools/bench/order_reader.py "$dir" --epochs "$EPOCHS" --order) ;;
+	esac
+	: > "$W/epochs"
+	# One line per epoch, with the counters read as each epoch ends.
+	in_cg "${cmd[@]}" |
+	while read -r line; do
+		local st=0 dd=0 cpu=0
+		[ -n "$EP_PID" ] && st=$(stat_of storage_read_bytes) && dd=$(io_read "$EP_PID") &&
+			cpu=$(cpu_ticks "$EP_PID")
+		echo "$line $st $(cg_dev_read) $dd $cpu" >> "$W/epochs"
+	done
+	python3 - "$W/epochs" "$name" >> "$W/rows" <<'PY'
+import json, sys
+prev = None
+for line in open(sys.argv[1]):
+    js, st, cg, dd, cpu = line.rsplit(" ", 4)
+    r = json.loads(js)
+    cur = (int(st), int(cg), int(dd), int(cpu))
+    if prev is None:
+        d = (0, 0, 0, 0)
+    else:
+        d = tuple(c - p for c, p in zip(cur, prev))
+    prev = cur
+    print(sys.argv[2], r["epoch"], r["seconds"], r["waited"], *d)
+PY
+}
+
+: > "$W/rows"
+echo "== part 7: data stalls of an unmodified torchvision job: $FILES files, D = $((D / 1000000)) MB, $EPOCHS epochs (>= 1 count), device $DEVNO"
+if case " $CONFIGS " in *" ram "*) true ;; *) false ;; esac; then
+	cp -a "$SRC" "$SHM"
+fi
+for workers in $WORKERSS; do
+	# The pipeline's own memory: its peak in an unlimited cgroup, all data in RAM.
+	limit -1; throttle 0
+	echo 0 > "$MEMCG/memory.max_usage_in_bytes" 2>/dev/null || true
+	if [ -d "$SHM" ]; then
+		job "ram/w$workers" "$SHM" "$workers"
+		PIPE=$(cat "$MEMCG/memory.max_usage_in_bytes")
+	else
+		PIPE=${STALL_PIPE_MB:-1024}
+		PIPE=$((PIPE << 20))
+	fi
+	SLACK=$((${STALL_SLACK_MB:-48} << 20))
+	LIM=$((PIPE + HALF + SLACK))
+	echo "workers $workers: the pipeline's memory $((PIPE >> 20)) MiB; memory limit = that + D/2 + $((SLACK >> 20)) MiB = $((LIM >> 20)) MiB"
+	for bps in $BPSS; do
+		for run in $(seq "$RUNS"); do
+			limit "$LIM"; throttle "$bps"
+			tag="$((bps >> 20))MBps/w$workers"
+			case " $CONFIGS " in *" native "*)
+				drop; job "native@$tag" "$SRC/" "$workers" ;;
+			esac
+			for cfg in epochfs run; do
+				case " $CONFIGS " in *" $cfg "*) ;; *) continue ;; esac
+				drop
+				if [ "$cfg" = run ] && [ -n "${STALL_RUN_ARGS:-}" ]; then
+					# shellcheck disable=SC2086
+					mount_ep $STALL_RUN_ARGS
+				elif [ "$cfg" = run ]; then
+					mount_ep --cache-size $((HALF - PF)) --prefetch-mem "$PF"
+				else
+					mount_ep --cache-size "$HALF"
+				fi
+				job "$cfg@$tag" "$W/mnt" "$workers" "$cfg"
+				[ "$cfg" = run ] && grep -h "prefetch\|order" <(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print(" ".join("%s=%s" % (k, v) for k, v in s.items() if k.startswith(("prefetch", "order"))))' "$W/mnt/.epochfs/stats.json") >> "$W/prefetch.txt" || true
+				umount_ep
+			done
+			if [ "$workers" = "${WORKERSS%% *}" ] && case " $CONFIGS " in *" reader "*) true ;; *) false ;; esac; then
+				for mode in reader order; do
+					drop
+					mount_ep --cache-size $((HALF - PF)) --prefetch-mem "$PF"
+					nm=reader; [ "$mode" = order ] && nm=reader+order
+					job "$nm@$((bps >> 20))MBps/w1" "$W/mnt" 1 "$mode"
+					umount_ep
+				done
+			fi
+			limit -1; throttle 0
+		done
+	done
+done
+python3 - "$W/rows" "$D" <<'PY'
+import collections, statistics, sys
+rows = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    name, epoch, sec, waited, st, cg, dd, cpu = line.split()
+    if int(epoch) >= 1:
+        rows[name].append((float(sec), float(waited), int(st), int(cg), int(dd), int(cpu) / 100.0))
+D = int(sys.argv[2])
+med = {n: statistics.median(r[0] for r in v) for n, v in rows.items()}
+print("%-26s %8s %8s %10s %12s %10s %12s" % ("", "s/epoch", "waited", "storage/D", "job dev MB", "daemon cpu",
+                                             "stall gone"))
+for n, v in rows.items():
+    cfg, _, tag = n.partition("@")
+    w = tag.split("/")[-1] if tag else n.split("/")[-1]
+    ram = med.get("ram/" + w)
+    nat = med.get("native@" + tag)
+    gone = ""
+    if ram is not None and nat is not None and nat > ram and cfg != "ram":
+        gone = "%.0f%%" % (100 * (nat - med[n]) / (nat - ram))
+    st = statistics.median(r[2] for r in v) / D
+    job_dev = statistics.median(max(0, r[3] - r[4]) for r in v) / 1e6
+    print("%-26s %8.2f %8.2f %10.3f %12.1f %10.2f %12s" % (n, med[n], statistics.median(r[1] for r in v),
+                                                          st, job_dev, statistics.median(r[5] for r in v), gone))
+PY
+[ -f "$W/prefetch.txt" ] && sed 's/^/  prefetch counters: /' "$W/prefetch.txt"
+grep -hE "error|warning" "$W/daemon.err" >&2 || true
