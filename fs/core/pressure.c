@@ -74,24 +74,36 @@ void pressure_step(struct pressure_policy *p, const struct pressure_in *in, stru
 	}
 
 	/* 2, 3. Pause, give back, admit again. */
-	squeezed = drop && p->refault_rate > SQUEEZE_REFAULTS_PER_S;
+	/* A squeeze is refaults while there is little room: with room to
+	 * spare, the kernel's own LRU churn (the dataset's pages above and
+	 * below the mount) refaults too, and giving back the cache would not
+	 * help, only cost storage reads (measured: room 300 MiB, refaults over
+	 * the threshold, the whole cache given away, epochs 1.0 D from disk). */
+	squeezed = drop && p->refault_rate > SQUEEZE_REFAULTS_PER_S && room < 2 * reserve;
 	if (squeezed && p->squeezed_since < 0)
 		p->squeezed_since = in->t;
 	else if (!squeezed)
 		p->squeezed_since = -1;
-	if (room >= 2 * reserve && !squeezed) {
+	/* Hard room: what the kernel could not reclaim at all nears the limit
+	 * (the OOM killer is next). Mapped file pages it can reclaim, at the
+	 * cost of refaults, which the squeeze counts: a tight but healthy
+	 * cgroup whose room is the job's mapped libraries is left alone (the
+	 * first policy paused at 24 MiB of such room in the part 7 setup,
+	 * before the cache held its D/2, and epochs read 0.96 D from disk). */
+	uint64_t hard_room = in->mem.limit > in->mem.pinned ? in->mem.limit - in->mem.pinned : 0;
+	int critical = hard_room < reserve / 2;
+	int squeezed_long = squeezed && in->t - p->squeezed_since >= SQUEEZE_GIVE_S;
+	if (hard_room >= 2 * reserve && !squeezed) {
 		if (p->calm_since < 0)
 			p->calm_since = in->t;
 	} else {
 		p->calm_since = -1;
 	}
-	int critical = room < reserve / 2;
-	int squeezed_long = squeezed && in->t - p->squeezed_since >= SQUEEZE_GIVE_S;
 	switch (st) {
 	case PRESSURE_CALM:
 		if (critical)
 			st = PRESSURE_GIVING;
-		else if (room < reserve || squeezed)
+		else if (hard_room < reserve || squeezed)
 			st = PRESSURE_PAUSED;
 		break;
 	case PRESSURE_PAUSED:
@@ -111,6 +123,22 @@ void pressure_step(struct pressure_policy *p, const struct pressure_in *in, stru
 		uint64_t step = in->cache_capacity / 32 > 16 * MIB ? in->cache_capacity / 32 : 16 * MIB;
 		out->give_back = step < in->cache_used ? step : in->cache_used;
 		p->last_give = in->t;
+		p->gave = 1;
+	}
+	/* What the cache may fill up to. Calm: its capacity, unless it ever had
+	 * to give back; then only what free room allows (above twice the
+	 * reserve), so it never refills into the squeeze it just left (the
+	 * first policy gave back, calmed, refilled from storage and gave back
+	 * again, every 30 s). Paused or giving: what it holds (0 here: the
+	 * thread keeps the limit it set). */
+	if (st == PRESSURE_CALM) {
+		uint64_t lim = in->cache_capacity;
+		if (p->gave) {
+			uint64_t free_room = room > 2 * reserve ? room - 2 * reserve : 0;
+			if (in->cache_used + free_room < lim)
+				lim = in->cache_used + free_room;
+		}
+		out->admit_limit = lim;
 	}
 	out->changed = st != p->state || drop != p->drop_copies;
 	p->state = out->state = st;
@@ -162,9 +190,9 @@ static void tick(struct pressure *p)
 	}
 	pressure_step(&p->pol, &in, &out);
 	__atomic_store_n(&c->drop_copies, out.drop_copies, __ATOMIC_RELAXED);
-	if (c->cache && out.state != was) {
+	if (c->cache) {
 		if (out.state == PRESSURE_CALM)
-			cache_set_limit(c->cache, cs.capacity);
+			cache_set_limit(c->cache, out.admit_limit);
 		else if (was == PRESSURE_CALM)
 			cache_set_limit(c->cache, cs.used);
 	}

@@ -14,16 +14,18 @@
  *    and they push the job's own pages out: the mount then asks the kernel
  *    to drop each file's copy a moment after the file was read to its end
  *    (--page-cache auto; keep and drop force either).
- * 2. Pause. When the room falls under RESERVE, or the job's evicted pages
- *    come back as refaults (the sign of a job squeezed), the cache admits
- *    nothing more; what it holds stays.
- * 3. Give back. When the room falls under RESERVE / 2 (the kernel's OOM
- *    killer is near, and it picks the biggest process: the daemon), or the
- *    job keeps refaulting for SQUEEZE_GIVE_S with the cache paused, the
- *    cache gives back its newest items, a step at a time, each step
- *    counted and logged.
- * Room again (2 x RESERVE, no refaults for CALM_S): the cache admits again,
- * up to its --cache-size.
+ * 2. Pause. When what the kernel cannot reclaim (limit - pinned) leaves
+ *    under RESERVE, or the job's evicted pages come back as refaults while
+ *    the room is under 2 x RESERVE (the sign of a job squeezed), the cache
+ *    admits nothing more; what it holds stays.
+ * 3. Give back. When what the kernel cannot reclaim at all (limit -
+ *    pinned, mapped pages left out) falls under RESERVE / 2 (the OOM killer
+ *    is near, and it picks the biggest process: the daemon), or the job
+ *    keeps refaulting for SQUEEZE_GIVE_S with the cache paused, the cache
+ *    gives back its newest items, a step at a time, each step counted and
+ *    logged.
+ * Room again (2 x RESERVE of it, no squeeze for CALM_S): the cache admits again,
+ * up to its --cache-size; after a give-back, only into the free room.
  *
  * The policy is a pure function of samples (pressure_step), so tests drive
  * it with made-up numbers; the thread only feeds it and carries out what
@@ -40,7 +42,9 @@ enum page_cache_mode { PAGE_CACHE_AUTO, PAGE_CACHE_KEEP, PAGE_CACHE_DROP };
 enum pressure_state { PRESSURE_CALM, PRESSURE_PAUSED, PRESSURE_GIVING };
 
 #define PRESSURE_PERIOD_S 0.5
-#define SQUEEZE_REFAULTS_PER_S 256.0    /* file pages refaulting: 1 MiB/s */
+#define SQUEEZE_REFAULTS_PER_S 2048.0   /* file pages refaulting: 8 MiB/s; the part 7 job
+					 * refaults ~700/s in a healthy tight cgroup, a squeezed
+					 * one thousands */
 #define SQUEEZE_GIVE_S 10.0             /* squeezed this long while paused: give back */
 #define CALM_S 30.0                     /* no squeeze this long, and room: admit again */
 
@@ -58,6 +62,7 @@ struct pressure_out {
 	int drop_copies;            /* ask the kernel to drop files' copies once read */
 	enum pressure_state state;
 	uint64_t give_back;         /* bytes of cache to give back now (0: none) */
+	uint64_t admit_limit;       /* CALM: the cache may fill up to this (0: not calm) */
 	int changed;                /* state or drop_copies changed at this step: log it */
 };
 
@@ -71,6 +76,7 @@ struct pressure_policy {
 	double squeezed_since;      /* < 0: not squeezed */
 	double calm_since;          /* < 0: not calm */
 	double last_give;
+	int gave;                   /* the cache ever gave back: calm regrows into free room only */
 	int drop_copies;
 	enum pressure_state state;
 };

@@ -523,7 +523,6 @@ void cache_set_limit(struct cache *c, uint64_t limit)
 	pthread_mutex_unlock(&c->give_lock);
 }
 
-/* Waits until every read stripe was seen empty once (see DESIGN). */
 /* Waits out every read section that may have begun before the caller's
  * last store. Two phases, as in sleepable RCU: readers enter the counter
  * the phase names; each counter is drained while the phase points at the

@@ -208,8 +208,33 @@ Test(pressure, little_room_pauses_then_gives_back_then_calm_admits_again)
 		cr_expect_eq(o.state, PRESSURE_PAUSED, "calm too soon at %.0f s", t);
 	}
 	in = at(5 + CALM_S, GIB, 3 * reserve, 0);
+	in.cache_used = 128 * MIB;                  /* what the give-backs left */
 	pressure_step(&p, &in, &o);
 	cr_expect_eq(o.state, PRESSURE_CALM);
+	/* Having given back, it regrows only into the free room above twice
+	 * the reserve, not to its capacity: no refill into the same squeeze. */
+	cr_expect_eq(o.admit_limit, in.cache_used + reserve);
+}
+
+Test(pressure, a_tight_cgroup_of_mapped_libraries_is_left_alone)
+{
+	struct pressure_policy p;
+	struct pressure_out o;
+	struct pressure_in in;
+
+	/* No room left counting the job's mapped libraries, but 200 MiB that
+	 * the kernel could still reclaim from them, and no refaults: the job
+	 * is not squeezed, the cache keeps admitting, nothing is given back. */
+	pressure_policy_init(&p, PAGE_CACHE_AUTO);
+	for (int t = 0; t < 60; t++) {
+		in = at(t, GIB, 0, 0);
+		in.mem.pinned = GIB - 200 * MIB;
+		in.mem.mapped = 200 * MIB;
+		pressure_step(&p, &in, &o);
+		cr_expect_eq(o.state, PRESSURE_CALM, "at %d s", t);
+		cr_expect_eq(o.give_back, 0, "gave back at %d s", t);
+	}
+	cr_expect_eq(o.admit_limit, in.cache_capacity, "it never gave back: its whole capacity");
 }
 
 Test(pressure, a_squeezed_job_pauses_the_cache_then_gets_memory_back)
@@ -220,16 +245,16 @@ Test(pressure, a_squeezed_job_pauses_the_cache_then_gets_memory_back)
 	uint64_t refaults = 0;
 
 	pressure_policy_init(&p, PAGE_CACHE_AUTO);
-	/* Room for neither the dataset nor much else, but above the reserve:
-	 * only the refaults tell that the job is being squeezed. */
-	in = at(0, GIB, 100 * MIB, refaults);
+	/* Room for neither the dataset nor much else, but above the reserve
+	 * (32 MiB): only the refaults tell that the job is being squeezed. */
+	in = at(0, GIB, 50 * MIB, refaults);
 	pressure_step(&p, &in, &o);
 	cr_expect_eq(o.state, PRESSURE_CALM);
 	cr_expect_eq(o.drop_copies, 1);
 	int paused_at = -1, gave_at = -1;
 	for (int t = 1; t <= 20; t++) {
-		refaults += 2000;                   /* 2,000 pages a second come back */
-		in = at(t, GIB, 100 * MIB, refaults);
+		refaults += 3000;                   /* 3,000 pages a second come back */
+		in = at(t, GIB, 50 * MIB, refaults);
 		pressure_step(&p, &in, &o);
 		if (o.state == PRESSURE_PAUSED && paused_at < 0)
 			paused_at = t;
@@ -238,6 +263,16 @@ Test(pressure, a_squeezed_job_pauses_the_cache_then_gets_memory_back)
 	}
 	cr_expect(paused_at > 0 && paused_at <= 3, "paused at %d s", paused_at);
 	cr_expect(gave_at >= paused_at + (int)SQUEEZE_GIVE_S, "gave back at %d s", gave_at);
+	/* The same refaults with 300 MiB of room are the kernel's own churn:
+	 * giving the cache back would not help. */
+	pressure_policy_init(&p, PAGE_CACHE_AUTO);
+	refaults = 0;
+	for (int t = 0; t <= 20; t++) {
+		refaults += 3000;
+		in = at(t, GIB, 300 * MIB, refaults);
+		pressure_step(&p, &in, &o);
+		cr_expect_eq(o.state, PRESSURE_CALM, "not calm at %d s with room", t);
+	}
 	/* One burst (a library loaded at import) is not a squeeze. */
 	pressure_policy_init(&p, PAGE_CACHE_AUTO);
 	in = at(0, GIB, 100 * MIB, 0);

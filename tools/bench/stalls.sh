@@ -17,7 +17,7 @@
 #   reader  fio-style, once per disk speed: one thread reading whole files
 #           in a fresh shuffled order (tools/bench/order_reader.py) on the
 #           run configuration's mount, without its order told ("reader")
-#           and with it ("reader+order").
+#           and with it ("reader+order"), in memory for D/2 + 96 MiB.
 # Per configuration, EPOCHS epochs; epochs >= 1 count (median seconds), with
 # the bytes the daemon read from storage and the cgroup's device bytes
 # beside the daemon's (the job's own: its libraries re-read under pressure).
@@ -170,6 +170,9 @@ for workers in $WORKERSS; do
 				umount_ep
 			done
 			if [ "$workers" = "${WORKERSS%% *}" ] && case " $CONFIGS " in *" reader "*) true ;; *) false ;; esac; then
+				# Memory for D/2 and the reader's own ~100 MiB: no room
+				# beside the cache for the kernel to keep the dataset.
+				limit $((HALF + (96 << 20)))
 				for mode in reader order; do
 					drop
 					mount_ep --cache-size $((HALF - PF)) --prefetch-mem "$PF"
@@ -208,3 +211,4 @@ for n, v in rows.items():
 PY
 [ -f "$W/prefetch.txt" ] && sed 's/^/  prefetch counters: /' "$W/prefetch.txt"
 grep -hE "error|warning" "$W/daemon.err" >&2 || true
+[ -n "${STALL_LOG:-}" ] && cp "$W/daemon.err" "$STALL_LOG"
