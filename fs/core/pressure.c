@@ -84,16 +84,23 @@ void pressure_step(struct pressure_policy *p, const struct pressure_in *in, stru
 		p->squeezed_since = in->t;
 	else if (!squeezed)
 		p->squeezed_since = -1;
-	/* Hard room: what the kernel could not reclaim at all nears the limit
-	 * (the OOM killer is next). Mapped file pages it can reclaim, at the
-	 * cost of refaults, which the squeeze counts: a tight but healthy
-	 * cgroup whose room is the job's mapped libraries is left alone (the
-	 * first policy paused at 24 MiB of such room in the part 7 setup,
-	 * before the cache held its D/2, and epochs read 0.96 D from disk). */
+	/* Critical: the room, mapped pages counted as used, is nearly gone.
+	 * Counting them as reclaimable instead (they are, at a refault each)
+	 * let the OOM killer take the daemon in part 7 with a 32 MiB tighter
+	 * limit: pages the job touches all the time cannot be reclaimed fast
+	 * enough. */
+	int critical = room < reserve / 2;
+	/* But mapped pages grow into whatever is freed, so the room may stay
+	 * near zero however much the cache gives: for room alone it gives at
+	 * most half its capacity (part 7 with a limit 32 MiB tighter: the
+	 * cache gave back down to 13 MiB and epochs read 1.0 D). Past that,
+	 * only what the kernel cannot reclaim at all nearing the limit, or a
+	 * squeezed job, takes more. */
 	uint64_t hard_room = in->mem.limit > in->mem.pinned ? in->mem.limit - in->mem.pinned : 0;
-	int critical = hard_room < reserve / 2;
+	if (critical && p->soft_given >= in->cache_capacity / 2 && hard_room >= reserve / 2)
+		critical = 0;
 	int squeezed_long = squeezed && in->t - p->squeezed_since >= SQUEEZE_GIVE_S;
-	if (hard_room >= 2 * reserve && !squeezed) {
+	if (room >= 2 * reserve && !squeezed) {
 		if (p->calm_since < 0)
 			p->calm_since = in->t;
 	} else {
@@ -103,7 +110,7 @@ void pressure_step(struct pressure_policy *p, const struct pressure_in *in, stru
 	case PRESSURE_CALM:
 		if (critical)
 			st = PRESSURE_GIVING;
-		else if (hard_room < reserve || squeezed)
+		else if (room < reserve || squeezed)
 			st = PRESSURE_PAUSED;
 		break;
 	case PRESSURE_PAUSED:
@@ -124,6 +131,8 @@ void pressure_step(struct pressure_policy *p, const struct pressure_in *in, stru
 		out->give_back = step < in->cache_used ? step : in->cache_used;
 		p->last_give = in->t;
 		p->gave = 1;
+		if (!squeezed_long)
+			p->soft_given += out->give_back;
 	}
 	/* What the cache may fill up to. Calm: its capacity, unless it ever had
 	 * to give back; then only what free room allows (above twice the
@@ -194,7 +203,11 @@ static void tick(struct pressure *p)
 		if (out.state == PRESSURE_CALM)
 			cache_set_limit(c->cache, out.admit_limit);
 		else if (was == PRESSURE_CALM)
-			cache_set_limit(c->cache, cs.used);
+			/* Paused: nothing past what is resident already. The
+			 * prefaulted arena costs no more memory when filled, so
+			 * it stays open (pausing it only made misses: epochs at
+			 * 0.96 D in part 7, paused before the cache held D/2). */
+			cache_set_limit(c->cache, cs.used > cs.prefaulted ? cs.used : cs.prefaulted);
 	}
 	if (c->cache && out.give_back)
 		given = cache_give_back(c->cache, out.give_back);

@@ -14,17 +14,18 @@
  *    and they push the job's own pages out: the mount then asks the kernel
  *    to drop each file's copy a moment after the file was read to its end
  *    (--page-cache auto; keep and drop force either).
- * 2. Pause. When what the kernel cannot reclaim (limit - pinned) leaves
- *    under RESERVE, or the job's evicted pages come back as refaults while
- *    the room is under 2 x RESERVE (the sign of a job squeezed), the cache
- *    admits nothing more; what it holds stays.
- * 3. Give back. When what the kernel cannot reclaim at all (limit -
- *    pinned, mapped pages left out) falls under RESERVE / 2 (the OOM killer
- *    is near, and it picks the biggest process: the daemon), or the job
+ * 2. Pause. When the room falls under RESERVE, or the job's evicted pages
+ *    come back as refaults while the room is under 2 x RESERVE (the sign
+ *    of a job squeezed), the cache admits nothing past what is resident
+ *    already (the prefaulted arena stays open); what it holds stays.
+ * 3. Give back. When the room falls under RESERVE / 2 (the OOM killer is
+ *    near, and it picks the biggest process: the daemon), or the job
  *    keeps refaulting for SQUEEZE_GIVE_S with the cache paused, the cache
  *    gives back its newest items, a step at a time, each step counted and
- *    logged.
- * Room again (2 x RESERVE of it, no squeeze for CALM_S): the cache admits again,
+ *    logged. For lack of room alone it gives at most half its capacity
+ *    (mapped pages grow into what is freed); past that only when limit -
+ *    pinned (nothing reclaimable) nears the limit, or a squeeze, takes more.
+ * Room again (2 x RESERVE, no squeeze for CALM_S): the cache admits again,
  * up to its --cache-size; after a give-back, only into the free room.
  *
  * The policy is a pure function of samples (pressure_step), so tests drive
@@ -77,6 +78,7 @@ struct pressure_policy {
 	double calm_since;          /* < 0: not calm */
 	double last_give;
 	int gave;                   /* the cache ever gave back: calm regrows into free room only */
+	uint64_t soft_given;        /* bytes given back for lack of room alone (capacity / 2 at most) */
 	int drop_copies;
 	enum pressure_state state;
 };

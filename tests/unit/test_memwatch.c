@@ -216,20 +216,20 @@ Test(pressure, little_room_pauses_then_gives_back_then_calm_admits_again)
 	cr_expect_eq(o.admit_limit, in.cache_used + reserve);
 }
 
-Test(pressure, a_tight_cgroup_of_mapped_libraries_is_left_alone)
+Test(pressure, a_tight_cgroup_that_refaults_a_little_is_left_alone)
 {
 	struct pressure_policy p;
 	struct pressure_out o;
 	struct pressure_in in;
+	uint64_t refaults = 0;
 
-	/* No room left counting the job's mapped libraries, but 200 MiB that
-	 * the kernel could still reclaim from them, and no refaults: the job
-	 * is not squeezed, the cache keeps admitting, nothing is given back. */
+	/* 40 MiB of room (over the 32 MiB reserve) and 700 refaults a second,
+	 * as part 7's job in good health: the cache keeps admitting up to its
+	 * capacity and gives nothing back, however long it lasts. */
 	pressure_policy_init(&p, PAGE_CACHE_AUTO);
 	for (int t = 0; t < 60; t++) {
-		in = at(t, GIB, 0, 0);
-		in.mem.pinned = GIB - 200 * MIB;
-		in.mem.mapped = 200 * MIB;
+		refaults += 700;
+		in = at(t, GIB, 40 * MIB, refaults);
 		pressure_step(&p, &in, &o);
 		cr_expect_eq(o.state, PRESSURE_CALM, "at %d s", t);
 		cr_expect_eq(o.give_back, 0, "gave back at %d s", t);
@@ -280,4 +280,31 @@ Test(pressure, a_squeezed_job_pauses_the_cache_then_gets_memory_back)
 	in = at(0.5, GIB, 100 * MIB, 100);
 	pressure_step(&p, &in, &o);
 	cr_expect_eq(o.state, PRESSURE_CALM);
+}
+
+Test(pressure, for_room_alone_the_cache_gives_at_most_half)
+{
+	struct pressure_policy p;
+	struct pressure_out o;
+	struct pressure_in in;
+	uint64_t given = 0;
+
+	/* No room, counting 200 MiB of mapped pages that grow into whatever is
+	 * freed: half the capacity (128 MiB) goes, then no more. */
+	pressure_policy_init(&p, PAGE_CACHE_AUTO);
+	for (int t = 0; t < 120; t++) {
+		in = at(t, GIB, 0, 0);
+		in.mem.pinned = GIB - 200 * MIB;
+		in.mem.mapped = 200 * MIB;
+		in.cache_used = 256 * MIB - given;
+		pressure_step(&p, &in, &o);
+		given += o.give_back;
+	}
+	cr_expect_eq(given, 128 * MIB, "gave back %llu MiB", (unsigned long long)(given / MIB));
+	/* Nothing reclaimable left either: the OOM killer is next, more goes. */
+	in.mem.mapped = 0;
+	in.mem.pinned = GIB - 8 * MIB;
+	in.t += 3;
+	pressure_step(&p, &in, &o);
+	cr_expect_gt(o.give_back, 0);
 }
