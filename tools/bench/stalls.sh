@@ -27,7 +27,8 @@
 # python3-torchvision (installed when missing). Environment: STALL_BPS
 # ("26214400 104857600"), STALL_WORKERS ("2 4"), STALL_EPOCHS (3),
 # STALL_RUNS (1; medians over runs), STALL_CONFIGS ("ram native epochfs run reader"),
-# STALL_FILES (4000), THRASH_DIR (the dataset, build/bench-thrash), BUILD.
+# STALL_FILES (4000), THRASH_DIR (the dataset, build/bench-thrash), BUILD,
+# STALL_ROWS (a file to keep the per-epoch rows in), STALL_LOG (the daemon's log).
 set -eu
 cd "$(dirname "$0")/../.."
 FILES=${STALL_FILES:-4000}
@@ -63,6 +64,7 @@ bench_cleanup_more() {
 	done
 }
 bench_init stalls
+ROWS=${STALL_ROWS:-$W/rows}    # kept after the run when set
 mkdir -p "$MEMCG" "$BLKCG"
 
 if [ ! -f "$DATA/.files-$FILES" ]; then
@@ -89,7 +91,15 @@ mount_ep() {
 	EP_PID=$!
 	wait_mount "$W/mnt"
 }
-umount_ep() { fusermount3 -u "$W/mnt"; wait "$EP_PID"; EP_PID=; }
+umount_ep() {
+	local rc=0
+	fusermount3 -u "$W/mnt" 2>/dev/null || fusermount3 -uz "$W/mnt"
+	wait "$EP_PID" || rc=$?
+	EP_PID=
+	# A daemon killed under the limit (137: the OOM killer) is a result,
+	# not a reason to lose the run: say so and go on.
+	[ "$rc" = 0 ] || echo "stalls: the daemon exited with $rc (137: killed, e.g. by the OOM killer)" >&2
+}
 
 # job NAME DIR WORKERS [run|reader|order]: EPOCHS epochs of the job in the
 # cgroups (the torchvision job; under epochfs-run with "run"; the one-thread
@@ -112,7 +122,7 @@ job() {
 			cpu=$(cpu_ticks "$EP_PID")
 		echo "$line $st $(cg_dev_read) $dd $cpu" >> "$W/epochs"
 	done
-	python3 - "$W/epochs" "$name" >> "$W/rows" <<'PY'
+	python3 - "$W/epochs" "$name" >> "$ROWS" <<'PY'
 import json, sys
 prev = None
 for line in open(sys.argv[1]):
@@ -128,7 +138,7 @@ for line in open(sys.argv[1]):
 PY
 }
 
-: > "$W/rows"
+: > "$ROWS"
 echo "== part 7: data stalls of an unmodified torchvision job: $FILES files, D = $((D / 1000000)) MB, $EPOCHS epochs (>= 1 count), device $DEVNO"
 if case " $CONFIGS " in *" ram "*) true ;; *) false ;; esac; then
 	cp -a "$SRC" "$SHM"
@@ -185,7 +195,7 @@ for workers in $WORKERSS; do
 		done
 	done
 done
-python3 - "$W/rows" "$D" <<'PY'
+python3 - "$ROWS" "$D" <<'PY'
 import collections, statistics, sys
 rows = collections.defaultdict(list)
 for line in open(sys.argv[1]):
