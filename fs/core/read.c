@@ -307,6 +307,31 @@ static void unadmit(struct core *c, int how, size_t len, enum cache_result r)
 		__atomic_sub_fetch(&c->remote_used, len, __ATOMIC_RELAXED);
 }
 
+/* A context for a read of [OFF, OFF+LEN) of file ID (version A) inside item
+ * CHUNK, its path not made yet; NULL when out of memory. */
+static struct read_ctx *ctx_new(struct core *c, enum read_kind kind, uint32_t id,
+				const struct index_attr *a, off_t off, size_t len, uint32_t chunk,
+				core_read_fn done, void *arg)
+{
+	struct read_ctx *x = malloc(sizeof(*x));
+
+	if (!x)
+		return NULL;
+	x->c = c;
+	x->kind = kind;
+	x->id = id;
+	x->off = off;
+	x->len = len;
+	x->a = *a;
+	x->item_off = (off_t)chunk * c->chunk;
+	x->via_storage = 0;
+	x->done = done;
+	x->arg = arg;
+	x->item = (struct source_item){ .id = id, .chunk = chunk, .v = a->v };
+	x->path_len = -1;
+	return x;
+}
+
 /* Reads [OFF, OFF+LEN) of file ID, version A, which lies inside one cache
  * item (or anywhere, without a cache): hit, load, wait, or the sources.
  * REL is the file's path when the caller has it (a peer's read), else NULL
@@ -335,7 +360,7 @@ static void read_item(struct core *c, uint32_t id, const struct index_attr *a, o
 			return;
 		}
 	}
-	x = malloc(sizeof(*x));
+	x = ctx_new(c, kind, id, a, off, len, chunk, done, arg);
 	if (!x) {
 		if (r == CACHE_LOAD)
 			cache_loaded(c->cache, &ref, 0);
@@ -345,18 +370,6 @@ static void read_item(struct core *c, uint32_t id, const struct index_attr *a, o
 			done(arg, -ENOMEM, NULL);
 		return;
 	}
-	x->c = c;
-	x->kind = kind;
-	x->id = id;
-	x->off = off;
-	x->len = len;
-	x->a = *a;
-	x->item_off = item_off;
-	x->via_storage = 0;
-	x->done = done;
-	x->arg = arg;
-	x->item = (struct source_item){ .id = id, .chunk = chunk, .v = a->v };
-	x->path_len = -1;
 	if (rel) {                  /* a peer's read names it: no index walk */
 		size_t n = strlen(rel);
 		x->path_len = n < sizeof(x->path) ? (int)n : -ENAMETOOLONG;
@@ -433,26 +446,14 @@ void core_prefetch_item(struct core *c, uint32_t id, const struct index_attr *a,
 			return;
 		}
 	}
-	x = malloc(sizeof(*x));
+	x = ctx_new(c, RK_PREFETCH, id, a, item_off, item_len, chunk, NULL, NULL);
 	if (!x) {
 		if (r == CACHE_LOAD)
 			cache_loaded(c->cache, &ref, 0);
 		cb->done(cb->arg, -ENOMEM, 0);
 		return;
 	}
-	x->c = c;
-	x->kind = RK_PREFETCH;
-	x->id = id;
-	x->off = item_off;
-	x->len = item_len;
-	x->a = *a;
-	x->item_off = item_off;
-	x->via_storage = 0;
-	x->done = NULL;
-	x->arg = NULL;
 	x->pcb = *cb;
-	x->item = (struct source_item){ .id = id, .chunk = chunk, .v = a->v };
-	x->path_len = -1;
 	int how;
 	if (c->cache && c->peer.owns && r == CACHE_MISS && (how = may_admit(x, item_len))) {
 		r = cache_get(c->cache, id, chunk, &a->v, item_len, NULL, &ref);
