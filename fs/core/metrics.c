@@ -62,6 +62,8 @@ int core_samples(struct core *c, struct sample *out, int max)
 		pressure_get_stats(c->pressure, &ms);
 	GAUGE("mem_limit_bytes", "Memory the daemon's cgroup (or machine) may use", ms.limit);
 	GAUGE("mem_room_bytes", "Of it, what is left: limit - anonymous, shared and mapped memory", ms.room);
+	GAUGE("mem_mapped_bytes", "Of the used memory, files mapped by processes (a job's libraries): "
+	      "reclaimable, at a refault each", ms.mapped);
 	GAUGE("mem_refaults_per_s", "File pages read back soon after the kernel evicted them", ms.refaults_per_s);
 	GAUGE("mem_state", "0 calm (the cache admits), 1 paused (no admission), 2 giving back", ms.state);
 	GAUGE("mem_drop_page_cache", "1 while files' kernel copies are dropped once read", ms.drop_copies);

@@ -84,19 +84,25 @@ void pressure_step(struct pressure_policy *p, const struct pressure_in *in, stru
 		p->squeezed_since = in->t;
 	else if (!squeezed)
 		p->squeezed_since = -1;
-	/* Critical: the room, mapped pages counted as used, is nearly gone.
-	 * Counting them as reclaimable instead (they are, at a refault each)
-	 * let the OOM killer take the daemon in part 7 with a 32 MiB tighter
-	 * limit: pages the job touches all the time cannot be reclaimed fast
-	 * enough. */
-	int critical = room < reserve / 2;
-	/* But mapped pages grow into whatever is freed, so the room may stay
-	 * near zero however much the cache gives: for room alone it gives at
-	 * most half its capacity (part 7 with a limit 32 MiB tighter: the
-	 * cache gave back down to 13 MiB and epochs read 1.0 D). Past that,
-	 * only what the kernel cannot reclaim at all nearing the limit, or a
-	 * squeezed job, takes more. */
+	/* Critical: the room, mapped pages counted as used, is nearly gone,
+	 * and either what the kernel cannot reclaim at all is within two
+	 * reserves of the limit (a DataLoader batch, tens of MiB of shared
+	 * memory, can land in a moment), or the job's evicted pages are
+	 * coming back. Mapped pages are reclaimable at a refault each: a
+	 * room of zero whose refaults stay low is the kernel trimming cold
+	 * library pages, and giving the cache back for it only cost storage
+	 * reads (part 7, 720 MiB: room touched 0 at ~20 refaults/s, 48 MiB
+	 * given back, epochs at 0.57-0.61 D instead of 0.53). Waiting for the
+	 * unreclaimable part alone to near the limit (under half a reserve)
+	 * was too late: the OOM killer took the daemon at 679 MiB. */
 	uint64_t hard_room = in->mem.limit > in->mem.pinned ? in->mem.limit - in->mem.pinned : 0;
+	int critical = room < reserve / 2 &&
+		       (hard_room < 2 * reserve || p->refault_rate > CRITICAL_REFAULTS_PER_S);
+	/* Mapped pages grow into whatever is freed, so the room may stay near
+	 * zero however much the cache gives: for room alone it gives at most
+	 * half its capacity (part 7 at 678 MiB: the cache gave back down to
+	 * 13 MiB and epochs read 1.0 D). Past that, only what the kernel
+	 * cannot reclaim nearing the limit, or a squeezed job, takes more. */
 	if (critical && p->soft_given >= in->cache_capacity / 2 && hard_room >= reserve / 2)
 		critical = 0;
 	int squeezed_long = squeezed && in->t - p->squeezed_since >= SQUEEZE_GIVE_S;
@@ -230,6 +236,7 @@ static void tick(struct pressure *p)
 	pthread_mutex_lock(&p->lock);
 	p->st.limit = in.mem.limit;
 	p->st.room = mem_room(&in.mem);
+	p->st.mapped = in.mem.mapped;
 	p->st.refaults_per_s = (uint64_t)p->pol.refault_rate;
 	p->st.drop_copies = out.drop_copies;
 	p->st.state = out.state;

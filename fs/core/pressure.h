@@ -18,8 +18,11 @@
  *    come back as refaults while the room is under 2 x RESERVE (the sign
  *    of a job squeezed), the cache admits nothing past what is resident
  *    already (the prefaulted arena stays open); what it holds stays.
- * 3. Give back. When the room falls under RESERVE / 2 (the OOM killer is
- *    near, and it picks the biggest process: the daemon), or the job
+ * 3. Give back. When the room falls under RESERVE / 2 while limit -
+ *    pinned is under 2 x RESERVE or refaults pass CRITICAL_REFAULTS_PER_S
+ *    (the OOM killer is near, and it picks the biggest process: the
+ *    daemon; a room of zero is otherwise the kernel trimming cold mapped
+ *    pages, which costs the job nothing), or the job
  *    keeps refaulting for SQUEEZE_GIVE_S with the cache paused, the cache
  *    gives back its newest items, a step at a time, each step counted and
  *    logged. For lack of room alone it gives at most half its capacity
@@ -46,6 +49,7 @@ enum pressure_state { PRESSURE_CALM, PRESSURE_PAUSED, PRESSURE_GIVING };
 #define SQUEEZE_REFAULTS_PER_S 2048.0   /* file pages refaulting: 8 MiB/s; the part 7 job
 					 * refaults ~700/s in a healthy tight cgroup, a squeezed
 					 * one thousands */
+#define CRITICAL_REFAULTS_PER_S 256.0 /* with no room: the job's pages come back (1 MiB/s) */
 #define SQUEEZE_GIVE_S 10.0             /* squeezed this long while paused: give back */
 #define CALM_S 30.0                     /* no squeeze this long, and room: admit again */
 
@@ -94,7 +98,7 @@ struct core;
 struct pressure;
 
 struct pressure_stats {
-	uint64_t limit, room;       /* gauges, bytes: the last sample */
+	uint64_t limit, room, mapped; /* gauges, bytes: the last sample */
 	uint64_t refaults_per_s;    /* gauge: the smoothed rate */
 	int drop_copies;            /* gauge */
 	enum pressure_state state;  /* gauge */

@@ -289,11 +289,30 @@ Test(pressure, for_room_alone_the_cache_gives_at_most_half)
 	struct pressure_in in;
 	uint64_t given = 0;
 
-	/* No room, counting 200 MiB of mapped pages that grow into whatever is
-	 * freed: half the capacity (128 MiB) goes, then no more. */
+	uint64_t refaults = 0;
+
+	/* No room, counting 200 MiB of mapped pages, but they come back
+	 * slowly (20 a second): the kernel trims cold library pages, which
+	 * costs the job nothing. Paused, nothing given back. */
 	pressure_policy_init(&p, PAGE_CACHE_AUTO);
+	for (int t = 0; t < 60; t++) {
+		refaults += 20;
+		in = at(t, GIB, 0, refaults);
+		in.mem.pinned = GIB - 200 * MIB;
+		in.mem.mapped = 200 * MIB;
+		pressure_step(&p, &in, &o);
+		cr_expect_eq(o.give_back, 0, "gave back at %d s for a cheap trim", t);
+		cr_expect_neq(o.state, PRESSURE_CALM);
+	}
+	/* The same with the job's pages coming back at 1,000 a second (under
+	 * the squeeze threshold, over the critical one), mapped pages growing
+	 * into whatever is freed: half the capacity (128 MiB) goes, then no
+	 * more. */
+	pressure_policy_init(&p, PAGE_CACHE_AUTO);
+	refaults = 0;
 	for (int t = 0; t < 120; t++) {
-		in = at(t, GIB, 0, 0);
+		refaults += 1000;
+		in = at(t, GIB, 0, refaults);
 		in.mem.pinned = GIB - 200 * MIB;
 		in.mem.mapped = 200 * MIB;
 		in.cache_used = 256 * MIB - given;

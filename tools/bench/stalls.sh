@@ -28,7 +28,12 @@
 # ("26214400 104857600"), STALL_WORKERS ("2 4"), STALL_EPOCHS (3),
 # STALL_RUNS (1; medians over runs), STALL_CONFIGS ("ram native epochfs run reader"),
 # STALL_FILES (4000), THRASH_DIR (the dataset, build/bench-thrash), BUILD,
-# STALL_ROWS (a file to keep the per-epoch rows in), STALL_LOG (the daemon's log).
+# STALL_ROWS (a file to keep the per-epoch rows in), STALL_LOG (the daemon's log),
+# STALL_EPOCHFS_ARGS / STALL_RUN_ARGS (the daemon's options in those
+# configurations instead of the defaults above),
+# STALL_LIMIT_MB (a fixed memory limit instead of the measured one),
+# STALL_TRACE (a file: every 0.25 s, the device bytes and the mount's
+# counters, to see when the disk idles).
 set -eu
 cd "$(dirname "$0")/../.."
 FILES=${STALL_FILES:-4000}
@@ -53,19 +58,22 @@ fi
 . tools/bench/lib.sh
 MEMCG=$MEMROOT/epochfs-stalls-$$
 BLKCG=$BLKROOT/epochfs-stalls-$$
+CPUCG=/sys/fs/cgroup/cpuacct/epochfs-stalls-$$   # CPU of job + daemon, when there
 SHM=/dev/shm/epochfs-stalls-$$
 bench_cleanup_more() {
 	[ -n "$EP_PID" ] && wait "$EP_PID" 2>/dev/null
 	rm -rf "$SHM"
 	for _ in $(seq 50); do
-		rmdir "$MEMCG" "$BLKCG" 2>/dev/null
-		[ -d "$MEMCG" ] || [ -d "$BLKCG" ] || break
+		rmdir "$MEMCG" "$BLKCG" "$CPUCG" 2>/dev/null
+		[ -d "$MEMCG" ] || [ -d "$BLKCG" ] || [ -d "$CPUCG" ] || break
 		sleep 0.1
 	done
 }
 bench_init stalls
 ROWS=${STALL_ROWS:-$W/rows}    # kept after the run when set
 mkdir -p "$MEMCG" "$BLKCG"
+mkdir "$CPUCG" 2>/dev/null || CPUCG=
+CGS="$MEMCG $BLKCG $CPUCG"
 
 if [ ! -f "$DATA/.files-$FILES" ]; then
 	rm -rf "$DATA"
@@ -79,15 +87,16 @@ dev=$(stat -c '%d' "$SRC")
 DEVNO="$((dev >> 8)):$((dev & 255))"
 [ -e "/sys/dev/block/$DEVNO/partition" ] && DEVNO=$(cat "/sys/dev/block/$DEVNO/../dev")
 
-in_cg() { sh -c 'echo $$ > "$1/cgroup.procs"; echo $$ > "$2/cgroup.procs"; shift 2; exec "$@"' sh "$MEMCG" "$BLKCG" "$@"; }
+in_cg() { sh -c 'for g in $0; do echo $$ > "$g/cgroup.procs"; done; exec "$@"' "$CGS" "$@"; }
+cg_cpu_ns() { if [ -n "$CPUCG" ]; then cat "$CPUCG/cpuacct.usage"; else echo 0; fi; }
 throttle() { echo "$DEVNO ${1:-0}" > "$BLKCG/blkio.throttle.read_bps_device"; }
 limit() { echo "${1:--1}" > "$MEMCG/memory.limit_in_bytes"; }
 cg_dev_read() { awk -v d="$DEVNO" '$1 == d && $2 == "Read" {print $3}' "$BLKCG/blkio.throttle.io_service_bytes"; }
 io_read() { awk '/^read_bytes/ {print $2}' "/proc/$1/io"; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 mount_ep() {
-	(exec sh -c 'echo $$ > "$1/cgroup.procs"; echo $$ > "$2/cgroup.procs"; shift 2; exec "$@"' \
-		sh "$MEMCG" "$BLKCG" "$BUILD/epochfs" -f "$@" "$SRC" "$W/mnt" 2>>"$W/daemon.err") &
+	(exec sh -c 'for g in $0; do echo $$ > "$g/cgroup.procs"; done; exec "$@"' \
+		"$CGS" "$BUILD/epochfs" -f "$@" "$SRC" "$W/mnt" 2>>"$W/daemon.err") &
 	EP_PID=$!
 	wait_mount "$W/mnt"
 }
@@ -114,23 +123,33 @@ job() {
 	order) cmd=($PY tools/bench/order_reader.py "$dir" --epochs "$EPOCHS" --order) ;;
 	esac
 	: > "$W/epochs"
+	local tr=
+	if [ -n "${STALL_TRACE:-}" ]; then
+		$PY tools/bench/trace.py "$STALL_TRACE" "$W/mnt/.epochfs/stats.json" \
+			"$BLKCG/blkio.throttle.io_service_bytes" "$DEVNO" "${EP_PID:-0}" "$name" &
+		tr=$!
+	fi
 	# One line per epoch, with the counters read as each epoch ends.
 	in_cg "${cmd[@]}" |
 	while read -r line; do
 		local st=0 dd=0 cpu=0
 		[ -n "$EP_PID" ] && st=$(stat_of storage_read_bytes) && dd=$(io_read "$EP_PID") &&
 			cpu=$(cpu_ticks "$EP_PID")
-		echo "$line $st $(cg_dev_read) $dd $cpu" >> "$W/epochs"
+		echo "$line $st $(cg_dev_read) $dd $cpu $(cg_cpu_ns)" >> "$W/epochs"
+		if [ -n "${STALL_TRACE:-}" ]; then
+			echo "$name epoch-end $(date +%s.%N) $line" >> "$STALL_TRACE"
+		fi
 	done
+	if [ -n "$tr" ]; then kill "$tr"; wait "$tr" 2>/dev/null || true; fi
 	python3 - "$W/epochs" "$name" >> "$ROWS" <<'PY'
 import json, sys
 prev = None
 for line in open(sys.argv[1]):
-    js, st, cg, dd, cpu = line.rsplit(" ", 4)
+    js, st, cg, dd, cpu, allcpu = line.rsplit(" ", 5)
     r = json.loads(js)
-    cur = (int(st), int(cg), int(dd), int(cpu))
+    cur = (int(st), int(cg), int(dd), int(cpu), int(allcpu))
     if prev is None:
-        d = (0, 0, 0, 0)
+        d = (0, 0, 0, 0, 0)
     else:
         d = tuple(c - p for c, p in zip(cur, prev))
     prev = cur
@@ -156,7 +175,14 @@ for workers in $WORKERSS; do
 	fi
 	SLACK=$((${STALL_SLACK_MB:-48} << 20))
 	LIM=$((PIPE + HALF + SLACK))
-	echo "workers $workers: the pipeline's memory $((PIPE >> 20)) MiB; memory limit = that + D/2 + $((SLACK >> 20)) MiB = $((LIM >> 20)) MiB"
+	if [ -n "${STALL_LIMIT_MB:-}" ]; then
+		# The measured peak moves by 100+ MiB from run to run, and the
+		# limit with it; a fixed one makes runs comparable.
+		LIM=$((STALL_LIMIT_MB << 20))
+		echo "workers $workers: the pipeline's memory $((PIPE >> 20)) MiB; memory limit fixed at $((LIM >> 20)) MiB (STALL_LIMIT_MB)"
+	else
+		echo "workers $workers: the pipeline's memory $((PIPE >> 20)) MiB; memory limit = that + D/2 + $((SLACK >> 20)) MiB = $((LIM >> 20)) MiB"
+	fi
 	for bps in $BPSS; do
 		for run in $(seq "$RUNS"); do
 			limit "$LIM"; throttle "$bps"
@@ -172,6 +198,9 @@ for workers in $WORKERSS; do
 					mount_ep $STALL_RUN_ARGS
 				elif [ "$cfg" = run ]; then
 					mount_ep --cache-size $((HALF - PF)) --prefetch-mem "$PF"
+				elif [ -n "${STALL_EPOCHFS_ARGS:-}" ]; then
+					# shellcheck disable=SC2086
+					mount_ep $STALL_EPOCHFS_ARGS
 				else
 					mount_ep --cache-size "$HALF"
 				fi
@@ -199,13 +228,14 @@ python3 - "$ROWS" "$D" <<'PY'
 import collections, statistics, sys
 rows = collections.defaultdict(list)
 for line in open(sys.argv[1]):
-    name, epoch, sec, waited, st, cg, dd, cpu = line.split()
+    name, epoch, sec, waited, st, cg, dd, cpu, allcpu = line.split()
     if int(epoch) >= 1:
-        rows[name].append((float(sec), float(waited), int(st), int(cg), int(dd), int(cpu) / 100.0))
+        rows[name].append((float(sec), float(waited), int(st), int(cg), int(dd), int(cpu) / 100.0,
+                           int(allcpu) / 1e9))
 D = int(sys.argv[2])
 med = {n: statistics.median(r[0] for r in v) for n, v in rows.items()}
-print("%-26s %8s %8s %10s %12s %10s %12s" % ("", "s/epoch", "waited", "storage/D", "job dev MB", "daemon cpu",
-                                             "stall gone"))
+print("%-26s %8s %8s %10s %12s %10s %9s %12s" % ("", "s/epoch", "waited", "storage/D", "job dev MB",
+                                                  "daemon cpu", "all cpu", "stall gone"))
 for n, v in rows.items():
     cfg, _, tag = n.partition("@")
     w = tag.split("/")[-1] if tag else n.split("/")[-1]
@@ -216,8 +246,9 @@ for n, v in rows.items():
         gone = "%.0f%%" % (100 * (nat - med[n]) / (nat - ram))
     st = statistics.median(r[2] for r in v) / D
     job_dev = statistics.median(max(0, r[3] - r[4]) for r in v) / 1e6
-    print("%-26s %8.2f %8.2f %10.3f %12.1f %10.2f %12s" % (n, med[n], statistics.median(r[1] for r in v),
-                                                          st, job_dev, statistics.median(r[5] for r in v), gone))
+    print("%-26s %8.2f %8.2f %10.3f %12.1f %10.2f %9.2f %12s" % (
+        n, med[n], statistics.median(r[1] for r in v), st, job_dev, statistics.median(r[5] for r in v),
+        statistics.median(r[6] for r in v), gone))
 PY
 [ -f "$W/prefetch.txt" ] && sed 's/^/  prefetch counters: /' "$W/prefetch.txt"
 grep -hE "error|warning" "$W/daemon.err" >&2 || true
