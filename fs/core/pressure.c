@@ -154,6 +154,17 @@ void pressure_step(struct pressure_policy *p, const struct pressure_in *in, stru
 				lim = in->cache_used + free_room;
 		}
 		out->admit_limit = lim;
+	} else if (st == PRESSURE_PAUSED && !squeezed && room >= 2 * reserve) {
+		/* Paused, but there is room right now: grow into it a step at a
+		 * time. Waiting for CALM_S of room left a cache paused early in
+		 * epoch 0 at a fifth of its size for good: a DataLoader's batches
+		 * dip the room every few seconds, so 30 s of calm never came
+		 * (part 7, 720 MiB: epochs at 0.9 D). A step it must give back
+		 * again costs one give-back step of storage reads. */
+		uint64_t step = in->cache_capacity / 32 > 16 * MIB ? in->cache_capacity / 32 : 16 * MIB;
+		uint64_t grow = room - 2 * reserve < step ? room - 2 * reserve : step;
+		out->admit_limit = in->cache_used + grow < in->cache_capacity ?
+				   in->cache_used + grow : in->cache_capacity;
 	}
 	out->changed = st != p->state || drop != p->drop_copies;
 	p->state = out->state = st;
@@ -214,12 +225,26 @@ static void tick(struct pressure *p)
 			 * it stays open (pausing it only made misses: epochs at
 			 * 0.96 D in part 7, paused before the cache held D/2). */
 			cache_set_limit(c->cache, cs.used > cs.prefaulted ? cs.used : cs.prefaulted);
+		else if (out.state == PRESSURE_PAUSED && out.admit_limit > cs.limit)
+			cache_set_limit(c->cache, out.admit_limit);
 	}
-	if (c->cache && out.give_back)
+	int empties = 0;            /* given from the arena's unfilled pages, no item */
+	if (c->cache && out.give_back) {
+		struct cache_stats after;
 		given = cache_give_back(c->cache, out.give_back);
+		cache_get_stats(c->cache, &after);
+		empties = after.given_back_items == cs.given_back_items;
+	}
 	if (out.changed || given) {
 		uint64_t room = mem_room(&in.mem);
-		if (given)
+		if (given && empties)
+			log_warn("memory: %llu MiB left of a %llu MiB limit, the job refaulting %.0f "
+				 "pages/s; the cache returned %llu MiB of arena it had not filled yet "
+				 "(it keeps its %llu MiB of items)",
+				 (unsigned long long)(room / MIB), (unsigned long long)(in.mem.limit / MIB),
+				 p->pol.refault_rate, (unsigned long long)(given / MIB),
+				 (unsigned long long)(cs.used / MIB));
+		else if (given)
 			log_warn("memory: %llu MiB left of a %llu MiB limit, the job refaulting %.0f "
 				 "pages/s; the cache gave back %llu MiB (whole items; it keeps %llu MiB)",
 				 (unsigned long long)(room / MIB), (unsigned long long)(in.mem.limit / MIB),

@@ -18,6 +18,9 @@
  *    come back as refaults while the room is under 2 x RESERVE (the sign
  *    of a job squeezed), the cache admits nothing past what is resident
  *    already (the prefaulted arena stays open); what it holds stays.
+ *    Whenever a sample finds room over 2 x RESERVE again, it may grow a
+ *    give-back step past what it holds (a job's room dips every few
+ *    seconds, so waiting for CALM_S of room could freeze it small).
  * 3. Give back. When the room falls under RESERVE / 2 while limit -
  *    pinned is under 2 x RESERVE or refaults pass CRITICAL_REFAULTS_PER_S
  *    (the OOM killer is near, and it picks the biggest process: the
@@ -67,7 +70,8 @@ struct pressure_out {
 	int drop_copies;            /* ask the kernel to drop files' copies once read */
 	enum pressure_state state;
 	uint64_t give_back;         /* bytes of cache to give back now (0: none) */
-	uint64_t admit_limit;       /* CALM: the cache may fill up to this (0: not calm) */
+	uint64_t admit_limit;       /* CALM: the cache may fill up to this; PAUSED with room
+				     * now: a step past what it holds; 0: keep the limit */
 	int changed;                /* state or drop_copies changed at this step: log it */
 };
 

@@ -114,10 +114,13 @@ void cache_get_stats(struct cache *c, struct cache_stats *s);
 
 /* Memory pressure. cache_set_limit: admissions stop once LIMIT bytes are
  * used (at most the capacity; the capacity again lifts it): what is cached
- * stays. cache_give_back: drops the most recently admitted items, about
- * BYTES of them (whole items), and returns their pages to the kernel; the
- * limit comes down to what is left. Returns the bytes given back, or 0 when
- * an item there is still loading (call again later). Never loses a byte a
+ * stays. cache_give_back: first returns to the kernel the arena pages
+ * made resident ahead of the fill that hold no item yet (all of them);
+ * when they are fewer than BYTES, drops the most recently admitted items
+ * for the rest (whole items) and returns their pages too. Either way the
+ * limit comes down to what is left. Returns the bytes given back (the
+ * empty pages only, or 0, when an item there is still loading: call
+ * again later). Never loses a byte a
  * reader is copying: it waits for the readers inside those items to leave.
  * Calls from one thread (the pressure watcher) at a time. */
 void cache_set_limit(struct cache *c, uint64_t limit);

@@ -416,6 +416,42 @@ Test(cache, give_back_drops_the_newest_items_whole_and_frees_their_pages)
 	cache_free(c);
 }
 
+Test(cache, give_back_returns_the_empty_prefaulted_arena_before_any_item)
+{
+	struct cache *c = mk(4 << 20, 0);
+	struct cache_ref ref;
+	struct cache_stats s;
+
+	/* 8 items of 40,000 bytes in an arena made resident to 4 MiB. */
+	for (uint32_t id = 1; id <= 8; id++)
+		cr_assert_eq(load(c, id, &V1, 40000), CACHE_LOAD);
+	cr_assert_gt(cache_prefault(c, 4 << 20), 0);
+	cache_get_stats(c, &s);
+	uint64_t used = s.used, empty = (used + 4095) & ~(uint64_t)4095;
+	cr_assert_eq(s.prefaulted, 4 << 20);
+	/* Asked for 64 KiB: the empty pages above the fill go, all of them,
+	 * and no item. */
+	cr_expect_eq(cache_give_back(c, 64 << 10), (4 << 20) - empty);
+	cache_get_stats(c, &s);
+	cr_expect_eq(s.items, 8);
+	cr_expect_eq(s.given_back_items, 0);
+	cr_expect_eq(s.used, used);
+	cr_expect_eq(s.prefaulted, empty);
+	cr_expect_eq(s.limit, used, "nothing more is admitted meanwhile");
+	for (uint32_t id = 1; id <= 8; id++) {
+		cr_assert_eq(cache_get(c, id, 0, &V1, 40000, NULL, &ref), CACHE_HIT, "id %u", id);
+		cr_expect_eq(((unsigned char *)ref.data)[39999], id);
+		cache_put(c, &ref);
+	}
+	/* Nothing empty is left: the next call drops the newest items. */
+	uint64_t freed = cache_give_back(c, 64 << 10);
+	cr_expect_geq(freed, 64 << 10);
+	cache_get_stats(c, &s);
+	cr_expect_gt(s.given_back_items, 0);
+	cr_expect_lt(s.items, 8);
+	cache_free(c);
+}
+
 Test(cache, give_back_waits_while_an_item_there_is_loading)
 {
 	struct cache *c = mk(1 << 20, 0);

@@ -216,6 +216,37 @@ Test(pressure, little_room_pauses_then_gives_back_then_calm_admits_again)
 	cr_expect_eq(o.admit_limit, in.cache_used + reserve);
 }
 
+Test(pressure, paused_the_cache_grows_a_step_whenever_there_is_room)
+{
+	struct pressure_policy p;
+	struct pressure_out o;
+	struct pressure_in in;
+	uint64_t reserve = pressure_reserve(GIB);   /* 32 MiB */
+
+	pressure_policy_init(&p, PAGE_CACHE_AUTO);
+	in = at(0, GIB, reserve - MIB, 0);          /* paused early, 40 MiB held */
+	in.cache_used = 40 * MIB;
+	pressure_step(&p, &in, &o);
+	cr_assert_eq(o.state, PRESSURE_PAUSED);
+	cr_expect_eq(o.admit_limit, 0, "no room: the limit stays");
+	/* A moment of room: one step (16 MiB) more, not the capacity. */
+	in = at(1, GIB, 2 * reserve + 100 * MIB, 0);
+	in.cache_used = 40 * MIB;
+	pressure_step(&p, &in, &o);
+	cr_expect_eq(o.state, PRESSURE_PAUSED, "calm needs CALM_S");
+	cr_expect_eq(o.admit_limit, 56 * MIB);
+	/* Less room than a step: only what there is. */
+	in = at(2, GIB, 2 * reserve + 4 * MIB, 0);
+	in.cache_used = 56 * MIB;
+	pressure_step(&p, &in, &o);
+	cr_expect_eq(o.admit_limit, 60 * MIB);
+	/* Never past the capacity. */
+	in = at(3, GIB, 2 * reserve + 100 * MIB, 0);
+	in.cache_used = in.cache_capacity - MIB;
+	pressure_step(&p, &in, &o);
+	cr_expect_eq(o.admit_limit, in.cache_capacity);
+}
+
 Test(pressure, a_tight_cgroup_that_refaults_a_little_is_left_alone)
 {
 	struct pressure_policy p;
