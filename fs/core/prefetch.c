@@ -603,7 +603,7 @@ enum prefetch_take prefetch_take(struct prefetch *pf, uint32_t id, uint32_t chun
 		*len = e->len;
 		pf->st.hits++;
 		r = PREFETCH_HIT;
-	} else if (e && e->state == ST_LOADING && e->served < e->len) {
+	} else if (fn && e && e->state == ST_LOADING && e->served < e->len) {
 		struct pwaiter *w = malloc(sizeof(*w));
 		if (w) {
 			*w = (struct pwaiter){ .next = e->waiters, .fn = fn, .arg = arg };

@@ -119,7 +119,8 @@ void prefetch_seen(struct prefetch *pf, uint32_t id);
 /* Staged bytes for a read, keyed by (ID, CHUNK) and the version V they must
  * be: PREFETCH_HIT (*DATA, *LEN pinned until prefetch_done_with), PREFETCH_WAIT
  * (they are on their way: FN(ARG, data, len) runs once when they land,
- * data NULL if the fetch failed), or PREFETCH_NONE. */
+ * data NULL if the fetch failed; with FN NULL, PREFETCH_NONE instead), or
+ * PREFETCH_NONE. */
 enum prefetch_take { PREFETCH_NONE, PREFETCH_HIT, PREFETCH_WAIT };
 typedef void (*prefetch_wait_fn)(void *arg, const void *data, size_t len);
 enum prefetch_take prefetch_take(struct prefetch *pf, uint32_t id, uint32_t chunk,

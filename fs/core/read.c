@@ -274,6 +274,33 @@ static int take_staged(struct read_ctx *x, uint32_t chunk)
 	return 0;
 }
 
+/* A reader's miss the RAM cache admits (X->ref reserved): when the item
+ * was fetched ahead and has landed, its staged bytes fill the cache, rather
+ * than a second read of storage (the cache's limit rises while a job runs,
+ * after a pause; part 7 then wasted up to 31 MB of staging an epoch, its
+ * readers waiting on storage for items already fetched). 1 if X is
+ * answered. */
+static int load_staged(struct read_ctx *x, uint32_t chunk)
+{
+	struct prefetch *pf = x->c->pf;
+	const void *data;
+	size_t len;
+
+	if (prefetch_take(pf, x->id, chunk, &x->a.v, &data, &len, NULL, NULL) != PREFETCH_HIT)
+		return 0;
+	if (len != x->ref.len) {
+		prefetch_done_with(pf, x->id, chunk, 0);
+		return 0;
+	}
+	memcpy(x->ref.data, data, len);
+	prefetch_done_with(pf, x->id, chunk, len);
+	/* Checked against the manifest like a storage load (the staged copy
+	 * may have come from storage). */
+	x->via_storage = 1;
+	load_done(x, (ssize_t)len, NULL);
+	return 1;
+}
+
 enum { ADMIT_NO, ADMIT_OWNED, ADMIT_REMOTE };
 
 /* With peers: may X's item (LEN bytes) take cache budget? ADMIT_REMOTE:
@@ -401,6 +428,8 @@ static void read_item(struct core *c, uint32_t id, const struct index_attr *a, o
 	}
 	if (r == CACHE_LOAD) {
 		x->ref = ref;
+		if (c->pf && kind != RK_PEER && load_staged(x, chunk))
+			return;
 		fetch(x, 0, item_off, ref.len, ref.data, load_done);
 		return;
 	}

@@ -7,7 +7,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "cache.h"
 #include "core.h"
+#include "core_int.h"
 #include "helpers.h"
 #include "source.h"
 #include "syncwait.h"
@@ -277,4 +279,61 @@ Test(core, an_exact_remote_budget_holds_every_item_despite_racing_readers)
 	int after_fill = asked;
 	cr_assert_eq(rd(id_of("big.bin"), 0, BIG, &w), BIG);
 	cr_expect_eq(asked, after_fill, "%d items were not admitted", asked - after_fill);
+}
+
+/* ---- prefetch: a miss the cache admits takes the staged bytes ---- */
+
+static void setup_pf(void)
+{
+	struct core_opts o = { .cache_size = 8 << 20, .cache_chunk = 256 << 10, .timeout = 3600,
+			       .prefetch_mem = 4 << 20, .no_mem_watch = 1 };
+
+	for (size_t i = 0; i < BIG; i++)
+		big[i] = (char)(i * 5 + i / 1000);
+	dir = th_tmpdir();
+	char p[4096];
+	snprintf(p, sizeof(p), "%s/big.bin", dir);
+	FILE *f = fopen(p, "w");
+	cr_assert(f && fwrite(big, 1, BIG, f) == BIG);
+	fclose(f);
+	o.source = dir;
+	cr_assert_eq(core_open(&o, &core), 0);
+	cr_assert_eq(core_start(core), 0);
+}
+
+TestSuite(core_pf, .init = setup_pf, .fini = teardown);
+
+Test(core_pf, a_miss_the_cache_admits_fills_it_from_staging_not_storage)
+{
+	static struct wait w;
+	struct core_attr ctl, order, st;
+	uint64_t b = id_of("big.bin");
+
+	/* The cache admits nothing (as when paused): the prefetcher stages. */
+	cache_set_limit(core->cache, 0);
+	cr_assert_eq(core_lookup(core, CORE_ROOT_NODE, ".epochfs", &ctl), 0);
+	cr_assert_eq(core_lookup(core, ctl.node, "order", &order), 0);
+	cr_assert_eq(core_create(core, order.node, "job", &st), 0);
+	cr_assert_eq(core_write(core, st.node, "big.bin\n", 8, 0), 8);
+	for (int i = 0; i < 500 && sample("prefetch_staged_bytes") < BIG; i++) {
+		struct timespec ts = { 0, 10 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+	cr_assert_eq(sample("prefetch_staged_bytes"), BIG, "the order was not fetched ahead");
+	uint64_t stored = storage_bytes();
+	cr_expect_eq(stored, BIG);
+	/* Room again (the pressure thread lifting the limit): the reader's
+	 * misses are admitted, and filled from what was staged. */
+	cache_set_limit(core->cache, UINT64_MAX);
+	cr_assert_eq(rd(b, 0, BIG, &w), BIG);
+	cr_expect(!memcmp(w.buf, big, BIG));
+	cr_expect_eq(storage_bytes(), stored, "storage was read again for staged bytes");
+	cr_expect_eq(sample("prefetch_hits"), 3);
+	cr_expect_eq(sample("prefetch_staged_bytes"), 0, "staging keeps what the cache took");
+	/* And they are cached now. */
+	uint64_t hits = sample("cache_hits");
+	cr_assert_eq(rd(b, 0, BIG, &w), BIG);
+	cr_expect(!memcmp(w.buf, big, BIG));
+	cr_expect_eq(sample("cache_hits"), hits + 3);
+	cr_expect_eq(storage_bytes(), stored);
 }

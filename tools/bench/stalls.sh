@@ -31,6 +31,9 @@
 # STALL_ROWS (a file to keep the per-epoch rows in), STALL_LOG (the daemon's log),
 # STALL_EPOCHFS_ARGS / STALL_RUN_ARGS (the daemon's options in those
 # configurations instead of the defaults above),
+# The ram configuration runs again beside every run (the machine's speed
+# drifts). A last column gives the CPU-seconds of job and daemon together
+# per epoch (cpuacct), where a CPU tax shows through the wall clock's noise.
 # STALL_LIMIT_MB (a fixed memory limit instead of the measured one),
 # STALL_TRACE (a file: every 0.25 s, the device bytes and the mount's
 # counters, to see when the disk idles).
@@ -183,8 +186,17 @@ for workers in $WORKERSS; do
 	else
 		echo "workers $workers: the pipeline's memory $((PIPE >> 20)) MiB; memory limit = that + D/2 + $((SLACK >> 20)) MiB = $((LIM >> 20)) MiB"
 	fi
+	first=1
 	for bps in $BPSS; do
 		for run in $(seq "$RUNS"); do
+			# All in RAM again beside each run: this machine's speed
+			# moves by 15% over minutes (CPU-seconds per epoch too), so a
+			# ratio to a RAM epoch measured once at the start is noise.
+			if [ -z "$first" ] && [ -d "$SHM" ]; then
+				limit -1; throttle 0
+				job "ram/w$workers" "$SHM" "$workers"
+			fi
+			first=
 			limit "$LIM"; throttle "$bps"
 			tag="$((bps >> 20))MBps/w$workers"
 			case " $CONFIGS " in *" native "*)
