@@ -549,7 +549,7 @@ uint64_t cache_give_back(struct cache *c, uint64_t bytes)
 
 	pthread_mutex_lock(&c->give_lock);
 	u = __atomic_load_n(&c->used, __ATOMIC_SEQ_CST);
-	if (!bytes || !u) {
+	if (!bytes) {
 		pthread_mutex_unlock(&c->give_lock);
 		return 0;
 	}
@@ -574,7 +574,7 @@ uint64_t cache_give_back(struct cache *c, uint64_t bytes)
 			released = pf - empty;
 		}
 		__atomic_store_n(&c->used, u, __ATOMIC_SEQ_CST);
-		if (released >= bytes) {
+		if (released >= bytes || !u) {   /* no item to give, or enough given */
 			pthread_mutex_unlock(&c->give_lock);
 			return released;
 		}

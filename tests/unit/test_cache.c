@@ -444,11 +444,27 @@ Test(cache, give_back_returns_the_empty_prefaulted_arena_before_any_item)
 		cache_put(c, &ref);
 	}
 	/* Nothing empty is left: the next call drops the newest items. */
+	uint64_t none = cache_give_back(c, 0);
+	cr_expect_eq(none, 0, "asked for nothing");
 	uint64_t freed = cache_give_back(c, 64 << 10);
 	cr_expect_geq(freed, 64 << 10);
 	cache_get_stats(c, &s);
 	cr_expect_gt(s.given_back_items, 0);
 	cr_expect_lt(s.items, 8);
+	cache_free(c);
+}
+
+Test(cache, an_empty_cache_gives_back_its_prefaulted_arena)
+{
+	struct cache *c = mk(4 << 20, 0);
+	struct cache_stats s;
+
+	cr_assert_eq(cache_prefault(c, 1 << 20), 1 << 20);
+	cr_expect_eq(cache_give_back(c, 4096), 1 << 20, "the empty arena stayed resident");
+	cache_get_stats(c, &s);
+	cr_expect_eq(s.prefaulted, 0);
+	cr_expect_eq(s.limit, 0);
+	cr_expect_eq(cache_give_back(c, 4096), 0, "nothing left to give");
 	cache_free(c);
 }
 

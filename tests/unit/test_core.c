@@ -84,19 +84,25 @@ static void fake_read(void *ctx, struct source_item *it, off_t off, size_t len, 
 	}
 }
 
-static void setup(void)
+/* A new SOURCE with big.bin (BIG bytes of a pattern of SEED) in it. */
+static void write_big(unsigned seed)
 {
-	struct core_opts o = { .cache_size = 8 << 20, .cache_chunk = 256 << 10, .timeout = 3600 };
-
 	for (size_t i = 0; i < BIG; i++)
-		big[i] = (char)(i * 7 + i / 4096);
+		big[i] = (char)(i * seed + i / 4096);
 	dir = th_tmpdir();
-	th_write(dir, "small.txt", "hello, epochfs");
 	char p[4096];
 	snprintf(p, sizeof(p), "%s/big.bin", dir);
 	FILE *f = fopen(p, "w");
 	cr_assert(f && fwrite(big, 1, BIG, f) == BIG);
 	fclose(f);
+}
+
+static void setup(void)
+{
+	struct core_opts o = { .cache_size = 8 << 20, .cache_chunk = 256 << 10, .timeout = 3600 };
+
+	write_big(7);
+	th_write(dir, "small.txt", "hello, epochfs");
 	o.source = dir;
 	cr_assert_eq(core_open(&o, &core), 0);
 	cr_assert_eq(core_start(core), 0);
@@ -288,14 +294,7 @@ static void setup_pf(void)
 	struct core_opts o = { .cache_size = 8 << 20, .cache_chunk = 256 << 10, .timeout = 3600,
 			       .prefetch_mem = 4 << 20, .no_mem_watch = 1 };
 
-	for (size_t i = 0; i < BIG; i++)
-		big[i] = (char)(i * 5 + i / 1000);
-	dir = th_tmpdir();
-	char p[4096];
-	snprintf(p, sizeof(p), "%s/big.bin", dir);
-	FILE *f = fopen(p, "w");
-	cr_assert(f && fwrite(big, 1, BIG, f) == BIG);
-	fclose(f);
+	write_big(5);
 	o.source = dir;
 	cr_assert_eq(core_open(&o, &core), 0);
 	cr_assert_eq(core_start(core), 0);
