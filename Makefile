@@ -63,11 +63,11 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 
-all: $(DAEMON) $(TOOLS) $(BUILD)/epochfs-run
+all: $(DAEMON) $(TOOLS) $(BUILD)/epochfs-run $(BUILD)/epochfs-analyze
 
-# epochfs-run: a launcher over the Python package in python/ (pure Python),
-# which the build tree runs from where it is.
-$(BUILD)/epochfs-run: tools/epochfs-run.sh | $(DEPS_STAMP)
+# epochfs-run and epochfs-analyze: launchers over the Python package in
+# python/ (pure Python), which the build tree runs from where it is.
+$(BUILD)/epochfs-run $(BUILD)/epochfs-analyze: $(BUILD)/%: tools/%.sh | $(DEPS_STAMP)
 	$(call say,GEN,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)sed 's|@PYTHONDIR@|$(CURDIR)/python|' $< > $@ && chmod +x $@
@@ -178,7 +178,11 @@ unit: $(UNIT_BIN)
 integration: all $(TEST_HELPERS) $(DEPS_STAMP)
 	$(Q)BUILD=$(BUILD) bash tests/integration/run.sh
 
-test: unit fuzz-smoke integration
+# The Python package's unit tests (the analyzer's model, options, step timer).
+pyunit: $(DEPS_STAMP)
+	$(Q)PYTHONPATH=$(CURDIR)/python /usr/bin/python3 -m unittest discover -s tests/python -t tests/python
+
+test: unit pyunit fuzz-smoke integration
 
 demo: all
 	$(Q)BUILD=$(BUILD) bash tools/demo.sh
@@ -189,7 +193,7 @@ bench: all
 clean:
 	rm -rf build build-san
 
-.PHONY: all unit integration test demo bench clean fuzz fuzz-smoke
+.PHONY: all unit pyunit integration test demo bench clean fuzz fuzz-smoke
 .SECONDARY:
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -6,6 +6,8 @@
  * read path, the peers, the cache); this file only reads them, with
  * relaxed loads, when a control file is looked up.
  */
+#include <unistd.h>
+
 #include "core_int.h"
 
 int core_render(void *arg, enum control_file f, char *buf, size_t len)
@@ -29,6 +31,7 @@ int core_samples(struct core *c, struct sample *out, int max)
 	if (n < max) out[n++] = (struct sample){ .name = nm, .help = hp, .kind = SAMPLE_GAUGE, .u = (val) }
 #define COUNTER(nm, hp, val) \
 	if (n < max) out[n++] = (struct sample){ .name = nm, .help = hp, .kind = SAMPLE_COUNTER, .u = (val) }
+	GAUGE("daemon_pid", "Process ID of the daemon serving this mount", (uint64_t)getpid());
 	GAUGE("files", "Regular files in the index", t.files);
 	GAUGE("dirs", "Directories in the index", t.dirs);
 	GAUGE("symlinks", "Symbolic links in the index", t.symlinks);

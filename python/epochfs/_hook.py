@@ -1,6 +1,8 @@
 """The hook epochfs-run puts into a Python process: every PyTorch DataLoader
 whose files lie under an epochfs mount tells the mount, at the start of
-each epoch, the order it will read them in.
+each epoch, the order it will read them in. epochfs-analyze arms the same
+hook with a step timer (_timing.Timer): it is told when an iterator starts
+an epoch, is given each epoch's indices, and wraps the iterator's __next__.
 
 How: a DataLoader iterator takes every index of an epoch through
 _BaseDataLoaderIter._next_index, from a fresh iterator of its sampler each
@@ -41,17 +43,21 @@ MAX_ORDER = 16 << 20                # the daemon takes no more paths in all orde
 _reported = set()
 _lock = threading.Lock()
 _counter = [0]
-_state = {"installed": False, "verbose": os.environ.get("EPOCHFS_RUN_VERBOSE") == "1",
+_state = {"installed": False, "publish": False,
+          "verbose": os.environ.get("EPOCHFS_RUN_VERBOSE") == "1",
           "quiet": os.environ.get("EPOCHFS_RUN_QUIET") == "1"}
+# epochfs-analyze's step timer (_timing.Timer) when armed: told when an
+# iterator starts an epoch, given each epoch's indices, and wraps __next__.
+_timer = [None]
 
 
-def _say(key, msg):
+def _say(key, msg, who="epochfs-run"):
     """One line on stderr, once per KEY."""
     with _lock:
         if key in _reported or _state["quiet"]:
             return
         _reported.add(key)
-    sys.stderr.write("epochfs-run: %s\n" % msg)
+    sys.stderr.write("%s: %s\n" % (who, msg))
 
 
 # ---- indices to paths ------------------------------------------------------
@@ -249,29 +255,51 @@ def _patch(dataloader_module):
         indices = [first]
         indices.extend(it)
         self._sampler_iter = self._epochfs_iter = iter(indices)
-        try:
-            _publish(self, self._epochfs_loader, indices)
-        except Exception as e:              # never let the hook break training
-            _say("error:%s" % type(e).__name__, "order not told (%s: %s); the job runs as before"
-                 % (type(e).__name__, e))
+        loader = self._epochfs_loader
+        if _state["publish"]:
+            try:
+                _publish(self, loader, indices)
+            except Exception as e:          # never let the hook break training
+                _say("error:%s" % type(e).__name__, "order not told (%s: %s); the job runs as before"
+                     % (type(e).__name__, e))
+        timer = _timer[0]
+        if timer is not None:
+            timer.epoch_indices(self, loader, indices)
         return next(self._sampler_iter)
 
     orig_reset = base._reset
 
     def _reset(self, loader, *args, **kwargs):
         self._epochfs_loader = loader
+        timer = _timer[0]
+        # A persistent-workers loader starts its next epoch here, not in
+        # __init__ (which calls _reset with first_iter=True).
+        if timer is not None and not (args[:1] == (True,) or kwargs.get("first_iter")):
+            timer.epoch_start(self, loader)
         return orig_reset(self, loader, *args, **kwargs)
 
     orig_init = base.__init__
 
     def __init__(self, loader, *args, **kwargs):
         self._epochfs_loader = loader
+        timer = _timer[0]
+        if timer is not None:
+            timer.epoch_start(self, loader)
         orig_init(self, loader, *args, **kwargs)
+
+    orig_next = base.__next__
+
+    def __next__(self):
+        timer = _timer[0]
+        if timer is None:
+            return orig_next(self)
+        return timer.next(self, orig_next)
 
     _next_index._epochfs = True
     base._next_index = _next_index
     base._reset = _reset
     base.__init__ = __init__
+    base.__next__ = __next__
 
 
 class _Finder:
@@ -298,8 +326,13 @@ class _Finder:
         return None
 
 
-def install():
-    """Arms the hook in this process (idempotent)."""
+def install(publish=True, timer=None):
+    """Arms the hook in this process: PUBLISH tells mounts each epoch's
+    order (epochfs-run); TIMER, a _timing.Timer, times each step
+    (epochfs-analyze). Arming twice only adds what the second call asks."""
+    _state["publish"] = _state["publish"] or publish
+    if timer is not None:
+        _timer[0] = timer
     if _state["installed"]:
         return
     _state["installed"] = True

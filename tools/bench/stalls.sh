@@ -17,7 +17,10 @@
 #   reader  fio-style, once per disk speed: one thread reading whole files
 #           in a fresh shuffled order (tools/bench/order_reader.py) on the
 #           run configuration's mount, without its order told ("reader")
-#           and with it ("reader+order"), in memory for D/2 + 96 MiB.
+#           and with it ("reader+order"), in memory for D/2 + 96 MiB;
+#   analyze epochfs-analyze on the epochfs configuration, its breakdown set
+#           against the direct measurement (RAM = compute + prep,
+#           epochfs - RAM = fetch stall); not in the default list.
 # Per configuration, EPOCHS epochs; epochs >= 1 count (median seconds), with
 # the bytes the daemon read from storage and the cgroup's device bytes
 # beside the daemon's (the job's own: its libraries re-read under pressure).
@@ -35,7 +38,8 @@
 # drifts). A last column gives the CPU-seconds of job and daemon together
 # per epoch (cpuacct), where a CPU tax shows through the wall clock's noise.
 # STALL_LIMIT_MB (a fixed memory limit instead of the measured one),
-# STALL_TRACE (a file: every 0.25 s, the device bytes and the mount's
+# STALL_ANALYZE_KEEP (a path prefix: keep the analyze configuration's JSON
+# reports there), STALL_TRACE (a file: every 0.25 s, the device bytes and the mount's
 # counters, to see when the disk idles).
 set -eu
 cd "$(dirname "$0")/../.."
@@ -220,6 +224,21 @@ for workers in $WORKERSS; do
 				[ "$cfg" = run ] && grep -h "prefetch\|order" <(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print(" ".join("%s=%s" % (k, v) for k, v in s.items() if k.startswith(("prefetch", "order"))))' "$W/mnt/.epochfs/stats.json") >> "$W/prefetch.txt" || true
 				umount_ep
 			done
+			if case " $CONFIGS " in *" analyze "*) true ;; *) false ;; esac; then
+				# epochfs-analyze on the epochfs configuration: its breakdown
+				# against the epochs measured directly (ram, epochfs).
+				drop
+				mount_ep --cache-size "$HALF"
+				an="$W/analyze-${tag//\//-}-$run"
+				EPOCHFS_PYTHON=$PY in_cg "$BUILD/epochfs-analyze" -q --json "$an.json" \
+					"$W/mnt" -- $PY tools/bench/tv_train.py "$W/mnt" --workers "$workers" \
+					--epochs "$EPOCHS" > "$an.txt" 2>&1 ||
+					echo "stalls: epochfs-analyze failed: $(tail -3 "$an.txt")" >&2
+				sed 's/^/  analyze: /' "$an.txt"
+				[ -n "${STALL_ANALYZE_KEEP:-}" ] && cp "$an.json" "$STALL_ANALYZE_KEEP-${tag//\//-}-$run.json"
+				echo "analyze@$tag $an.json" >> "$W/analyze.list"
+				umount_ep
+			fi
 			if [ "$workers" = "${WORKERSS%% *}" ] && case " $CONFIGS " in *" reader "*) true ;; *) false ;; esac; then
 				# Memory for D/2 and the reader's own ~100 MiB: no room
 				# beside the cache for the kernel to keep the dataset.
@@ -263,5 +282,40 @@ for n, v in rows.items():
         statistics.median(r[6] for r in v), gone))
 PY
 [ -f "$W/prefetch.txt" ] && sed 's/^/  prefetch counters: /' "$W/prefetch.txt"
+if [ -f "$W/analyze.list" ]; then
+	# The analyzer's breakdown against the direct measurement: all in RAM
+	# = compute + prep; epochfs - RAM = the fetch stall (medians).
+	python3 - "$ROWS" "$W/analyze.list" <<'PY'
+import collections, json, statistics, sys
+rows = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    f = line.split()
+    if int(f[1]) >= 1:
+        rows[f[0]].append(float(f[2]))
+med = {n: statistics.median(v) for n, v in rows.items()}
+got = collections.defaultdict(list)
+for line in open(sys.argv[2]):
+    name, path = line.split()
+    try:
+        got[name].append(json.load(open(path)))
+    except (OSError, ValueError):
+        pass
+print("epochfs-analyze vs direct (medians): %-10s %9s %9s %9s" % ("", "epoch", "comp+prep", "fetch"))
+for name, reps in got.items():
+    if not reps:
+        continue
+    tag = name.partition("@")[2]
+    w = tag.split("/")[-1]
+    ep, ram = med.get("epochfs@" + tag), med.get("ram/" + w)
+    a_ep = statistics.median(r["epoch_seconds"] for r in reps)
+    a_cp = statistics.median(r["compute_seconds"] + r["prep_stall_seconds"] for r in reps)
+    a_f = statistics.median(r["fetch_stall_seconds"] for r in reps)
+    print("  analyzer %-26s %9.2f %9.2f %9.2f" % (tag, a_ep, a_cp, a_f))
+    if ep is not None and ram is not None:
+        print("  measured %-26s %9.2f %9.2f %9.2f   (error %+.0f%% %+.0f%% %+.0f%%)" % (
+            tag, ep, ram, ep - ram, 100 * (a_ep / ep - 1), 100 * (a_cp / ram - 1),
+            100 * (a_f / (ep - ram) - 1) if ep > ram else 0.0))
+PY
+fi
 grep -hE "error|warning" "$W/daemon.err" >&2 || true
 [ -n "${STALL_LOG:-}" ] && cp "$W/daemon.err" "$STALL_LOG"

@@ -1,12 +1,19 @@
-"""Put on PYTHONPATH by epochfs-run: arms epochfs's DataLoader hook in every
-Python process of the job, then runs the sitecustomize this one hides, if
+"""Put on PYTHONPATH by epochfs-run and epochfs-analyze: arms epochfs's
+DataLoader hook in every Python process of the job (the order hook, and
+epochfs-analyze's step timer when EPOCHFS_ANALYZE_OUT is set), then runs the sitecustomize this one hides, if
 any (Debian ships one), so nothing else changes."""
 import importlib.machinery
 import importlib.util
 import os
 import sys
 
-if os.environ.get("EPOCHFS_RUN") == "1":
+if os.environ.get("EPOCHFS_ANALYZE_OUT"):
+    try:
+        from epochfs import _timing
+        _timing.install_from_env()
+    except Exception as e:          # never break the job
+        sys.stderr.write("epochfs-analyze: the step timer is off (%s)\n" % e)
+elif os.environ.get("EPOCHFS_RUN") == "1":
     try:
         from epochfs import _hook
         _hook.install()

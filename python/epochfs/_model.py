@@ -1,0 +1,208 @@
+"""epochfs-analyze's what-if model: the epoch time of a job from a few
+measured rates, for a scenario (cache size, DataLoader workers, CPU cores,
+storage bandwidth, nodes, concurrent jobs, prefetch on or off).
+
+The job, per epoch: N items in S steps; the main process spends c seconds
+of compute per step; a DataLoader worker spends q CPU-seconds preparing an
+item (decode, augment, collate) and, on a miss, waits for its bytes from
+storage. Items hit in a cache with probability h, so a worker's storage
+demand per item is m = (1 - h) * bytes_per_item / B. The DataLoader's
+workers and the storage form a closed queueing network: W workers (the
+customers) cycle between the CPU (C cores, demand q + r per item, r the
+daemon's CPU per item served) and the storage (one server, demand m), and
+exact mean value analysis gives their throughput X (the CPU a
+load-dependent station: j items on it run at min(j, C) times one core's
+speed). Then
+
+  epoch = startup + max(S*c, N/X, (S*u + N*(q + r))/C)
+
+with u the main process's CPU per step (it shares the cores). With
+prefetch (the order told, epochfs-run), storage waits leave the workers'
+cycle and overlap everything: X is the CPU-only network's, and the storage
+bound N*m joins the max. Without workers, the main process prepares and
+fetches in line: epoch = S*c + N*(q + r + m) (prefetch: max(S*c + N*(q+r),
+N*m)).
+
+Hits: the MinIO cache admits until full and never evicts, so h = the
+fraction of D it holds, across k nodes min(1, k*f) (a peer's cache is read
+over the network, assumed faster than storage); the kernel's page cache is
+modelled as LRU over a fresh shuffle each epoch (lru_hit, simulated). k
+jobs sharing coordinated prep (.prep/) prepare each item once: q/k each,
+and read it from storage once: m/k each.
+
+The as-is configuration keeps the hit ratio its run measured (the mount's
+storage bytes: the kernel's page cache above the mount may hold more than
+the MinIO cache alone); a scenario that changes the cache or the nodes
+uses the rules above. Two anchors from the runs measured: the CPU side (q) from the run with the
+data in memory, and the storage bandwidth the job actually got (B_eff,
+solved so the model gives the measured as-is epoch); a scenario's storage
+speed scales B_eff by scenario/probed. docs/analyze.md has the model's
+assumptions and its measured error. Standard library only.
+"""
+import random
+
+_lru_cache = {}
+
+
+def lru_hit(frac, items=2000, epochs=4, seed=1):
+    """Hit ratio of an LRU cache holding FRAC of the items when every epoch
+    reads each item once in a fresh random order (epochs after the first)."""
+    frac = max(0.0, min(1.0, frac))
+    key = round(frac, 3)
+    if key in _lru_cache:
+        return _lru_cache[key]
+    cap = int(round(frac * items))
+    if cap >= items:
+        return 1.0
+    if cap <= 0:
+        return 0.0
+    rng = random.Random(seed)
+    from collections import OrderedDict
+    lru = OrderedDict()
+    hits = reads = 0
+    order = list(range(items))
+    for e in range(epochs):
+        rng.shuffle(order)
+        for i in order:
+            if i in lru:
+                lru.move_to_end(i)
+                if e:
+                    hits += 1
+            else:
+                lru[i] = True
+                if len(lru) > cap:
+                    lru.popitem(last=False)
+            if e:
+                reads += 1
+    _lru_cache[key] = hits / reads
+    return _lru_cache[key]
+
+
+def mva_throughput(workers, cpu_demand, cores, disk_demand):
+    """Items per second of WORKERS customers cycling through the CPU (CORES
+    servers, CPU_DEMAND s per item) and one disk (DISK_DEMAND s per item):
+    exact mean value analysis, the CPU as a load-dependent station."""
+    if workers <= 0:
+        return 0.0
+    n_max = int(workers)
+    cores = max(1e-9, cores)
+
+    def rate(j):                      # the CPU's speed with j items on it
+        return min(float(j), cores)
+    p = [1.0] + [0.0] * n_max         # p[j]: probability of j items at the CPU
+    q_disk = 0.0
+    x = 0.0
+    for n in range(1, n_max + 1):
+        r_cpu = sum(j / rate(j) * cpu_demand * p[j - 1] for j in range(1, n + 1))
+        r_disk = disk_demand * (1 + q_disk)
+        total = r_cpu + r_disk
+        if total <= 0:
+            return float("inf")
+        x = n / total
+        new = [0.0] * (n_max + 1)
+        for j in range(1, n + 1):
+            new[j] = cpu_demand / rate(j) * x * p[j - 1]
+        new[0] = max(0.0, 1.0 - sum(new[1:]))
+        p = new
+        q_disk = x * r_disk
+    return x
+
+
+class Profile:
+    """What the runs measured, per epoch (see the module's text)."""
+
+    def __init__(self, items, steps, bytes_per_item, compute_per_step, prep_cpu_per_item,
+                 workers, cores, storage_bps, cache_frac=0.0, cache_kind="minio",
+                 main_cpu_per_step=0.0, serve_cpu_per_item=0.0, startup=0.0, nodes=1, jobs=1,
+                 prefetch=False):
+        self.items = items
+        self.steps = steps
+        self.bytes_per_item = bytes_per_item
+        self.compute_per_step = compute_per_step
+        self.prep_cpu_per_item = prep_cpu_per_item
+        self.workers = workers
+        self.cores = cores
+        self.storage_bps = storage_bps
+        self.cache_frac = cache_frac
+        self.cache_kind = cache_kind
+        self.main_cpu_per_step = main_cpu_per_step
+        self.serve_cpu_per_item = serve_cpu_per_item
+        self.startup = startup
+        self.nodes = nodes
+        self.jobs = jobs
+        self.prefetch = prefetch
+        self.measured_hit = None    # the hit ratio the as-is run saw, while the cache is as it was
+        self.bw_scale = 1.0         # B_eff / B probed (calibrate())
+        self.cpu_scale = 1.0        # measured / modelled CPU-side time (calibrate())
+
+    def scenario(self, **kw):
+        """A copy with the scenario's keys changed: cache (fraction of D),
+        workers, cores, storage (bytes/s), nodes, jobs, prefetch,
+        cache_kind."""
+        p = Profile.__new__(Profile)
+        p.__dict__.update(self.__dict__)
+        names = {"cache": "cache_frac", "storage": "storage_bps"}
+        for k, v in kw.items():
+            k = names.get(k, k)
+            if k not in p.__dict__:
+                raise KeyError(k)
+            setattr(p, k, v)
+            if k in ("cache_frac", "cache_kind", "nodes"):
+                p.measured_hit = None
+        return p
+
+    def hit(self):
+        if self.measured_hit is not None:
+            return self.measured_hit
+        f = max(0.0, self.cache_frac)
+        if self.cache_kind == "pagecache":
+            return lru_hit(f)
+        return min(1.0, f * max(1, self.nodes))
+
+    def parts(self):
+        """(epoch seconds, dict of the bounds) for this scenario."""
+        jobs = max(1, self.jobs)
+        bw = self.storage_bps * self.bw_scale
+        m = (1.0 - self.hit()) * self.bytes_per_item / bw / jobs if bw > 0 else float("inf")
+        q = self.prep_cpu_per_item * self.cpu_scale / jobs + self.serve_cpu_per_item
+        c = self.compute_per_step
+        N, S = self.items, self.steps
+        cores = max(1e-9, self.cores)
+        cpu_total = (S * self.main_cpu_per_step * jobs + N * q * jobs) / cores
+        bounds = {"compute": S * c, "cpu": cpu_total, "storage": N * m}
+        if self.workers <= 0:
+            if self.prefetch:
+                bounds["pipeline"] = max(S * c + N * q, N * m)
+            else:
+                bounds["pipeline"] = S * c + N * (q + m)
+        else:
+            x = mva_throughput(self.workers, q, min(cores, self.workers), 0.0 if self.prefetch else m)
+            bounds["pipeline"] = N / x if x > 0 else float("inf")
+        return self.startup + max(bounds.values()), bounds
+
+    def epoch_seconds(self):
+        return self.parts()[0]
+
+    def calibrate(self, warm_seconds=None, asis_seconds=None):
+        """Anchors the model to the runs measured: CPU-side time to the warm
+        run (all hits), the storage bandwidth to the as-is run. Returns
+        (cpu_scale, bw_scale)."""
+        if warm_seconds:
+            warm = self.scenario(cache_frac=1.0, cache_kind="minio", nodes=1)
+            got = warm.epoch_seconds()
+            if got > 0 and warm.startup < warm_seconds:
+                b = warm.parts()[1]
+                cpu_side = max(b["cpu"], b["pipeline"])
+                if cpu_side >= b["compute"] and cpu_side > 0:
+                    self.cpu_scale = max(0.2, min(5.0, (warm_seconds - self.startup) / cpu_side))
+        if asis_seconds and self.hit() < 1.0:
+            lo, hi = 1e-3, 1e3
+            if self.scenario(bw_scale=hi).epoch_seconds() < asis_seconds < self.scenario(bw_scale=lo).epoch_seconds():
+                for _ in range(60):
+                    mid = (lo * hi) ** 0.5
+                    if self.scenario(bw_scale=mid).epoch_seconds() > asis_seconds:
+                        lo = mid
+                    else:
+                        hi = mid
+                self.bw_scale = (lo * hi) ** 0.5
+        return self.cpu_scale, self.bw_scale

@@ -1,0 +1,635 @@
+"""epochfs-analyze [OPTIONS] DATADIR -- COMMAND [ARGS...]
+
+Where a training job's time goes, and what more cache, workers, cores,
+storage bandwidth, nodes, prefetch or shared prep would buy. COMMAND runs
+unchanged, three times, each for a bounded window (the job is stopped once
+its window is measured):
+  as-is    as it is (the first --warmup epochs unmeasured: caches fill);
+  warm     the window's files read into memory first: no fetch stall;
+  compute  batches taken once and handed again: no fetch, no prep.
+The first PyTorch DataLoader the job iterates is the one measured. DATADIR
+is the directory its files are under: an epochfs mount (its counters are
+read) or any directory (native).
+
+options:
+  --epochs N         whole epochs measured per run (default 1)
+  --steps N          measure N steps instead of whole epochs
+  --warmup N         epochs the as-is run lets pass first (default 1)
+  --runs LIST        which runs, of as-is,warm,compute (default all three)
+  --order            the as-is run tells the mount its order (as epochfs-run)
+  --what-if K=V,...  a scenario to predict (repeatable); keys: cache (% of
+                     the data, or bytes with K/M/G), workers, cores,
+                     storage (MB/s), nodes, jobs, prefetch (on/off)
+  --storage-mbps X   the storage's bandwidth (default: probed, O_DIRECT)
+  --source DIR       where the data really is (default: the mount's SOURCE)
+  --json FILE        the report as JSON
+  --plot FILE        what-if curves as .svg (or .png with matplotlib)
+  -q, --quiet        only the report
+  -h, --help         this text
+      --version      print the version
+Exit status: 0, 2 for bad options, else COMMAND's when it failed (the
+report then says what was measured before it did).
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import epochfs
+from . import _mounts
+from ._model import Profile, lru_hit
+
+MODES = ("as-is", "warm", "compute")
+WHAT_IF_KEYS = ("cache", "workers", "cores", "storage", "nodes", "jobs", "prefetch")
+
+
+class UsageError(Exception):
+    pass
+
+
+def _size(s):
+    mult = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    s = s.strip().lower().rstrip("b") or "x"
+    if s[-1] in mult:
+        return float(s[:-1]) * mult[s[-1]]
+    return float(s)
+
+
+def parse_what_if(text):
+    """'cache=50%,workers=4' -> {'cache': ('frac', 0.5), 'workers': 4}."""
+    out = {}
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        k, eq, v = part.partition("=")
+        k, v = k.strip(), v.strip()
+        if not eq or not v:
+            raise UsageError("--what-if %s: expected KEY=VALUE" % part)
+        if k not in WHAT_IF_KEYS:
+            raise UsageError("--what-if: unknown key %r (keys: %s)" % (k, ", ".join(WHAT_IF_KEYS)))
+        try:
+            if k == "cache":
+                out[k] = ("frac", float(v[:-1]) / 100) if v.endswith("%") else ("bytes", _size(v))
+                if out[k][1] < 0:
+                    raise ValueError
+            elif k == "prefetch":
+                if v not in ("on", "off", "1", "0", "yes", "no"):
+                    raise ValueError
+                out[k] = v in ("on", "1", "yes")
+            elif k == "storage":
+                out[k] = float(v) * 1e6
+                if out[k] <= 0:
+                    raise ValueError
+            elif k == "cores":
+                out[k] = float(v)
+                if out[k] <= 0:
+                    raise ValueError
+            else:
+                out[k] = int(v)
+                if out[k] < (0 if k == "workers" else 1):
+                    raise ValueError
+        except ValueError:
+            raise UsageError("--what-if %s=%s: not a valid value" % (k, v))
+    if not out:
+        raise UsageError("--what-if: empty scenario")
+    return out
+
+
+def parse_args(argv):
+    o = {"epochs": 1, "steps": 0, "warmup": 1, "runs": list(MODES), "order": False, "what_if": [],
+         "storage_bps": None, "source": None, "json": None, "plot": None, "quiet": False}
+    argv = list(argv)
+    pos = []
+    while argv:
+        a = argv.pop(0)
+        if a == "--":
+            break
+        if a in ("-h", "--help"):
+            return "help"
+        if a == "--version":
+            return "version"
+        if a in ("-q", "--quiet"):
+            o["quiet"] = True
+        elif a == "--order":
+            o["order"] = True
+        elif a.startswith("-"):
+            name, eq, val = a.partition("=")
+            if name not in ("--epochs", "--steps", "--warmup", "--runs", "--what-if", "--storage-mbps",
+                            "--source", "--json", "--plot"):
+                raise UsageError("unknown option %s (see --help)" % a)
+            if not eq:
+                if not argv:
+                    raise UsageError("%s needs a value" % name)
+                val = argv.pop(0)
+            try:
+                if name in ("--epochs", "--steps", "--warmup"):
+                    n = int(val)
+                    if n < (1 if name == "--epochs" else 0):
+                        raise ValueError
+                    o[name[2:]] = n
+                elif name == "--storage-mbps":
+                    o["storage_bps"] = float(val) * 1e6
+                    if o["storage_bps"] <= 0:
+                        raise ValueError
+                elif name == "--runs":
+                    runs = [r.strip() for r in val.split(",") if r.strip()]
+                    if not runs or any(r not in MODES for r in runs):
+                        raise ValueError
+                    o["runs"] = [m for m in MODES if m in runs]
+                elif name == "--what-if":
+                    o["what_if"].append(parse_what_if(val))
+                else:
+                    o[name[2:]] = val
+            except ValueError:
+                raise UsageError("%s %s: not a valid value" % (name, val))
+        else:
+            pos.append(a)
+    if len(pos) != 1:
+        raise UsageError("expected one DATADIR before -- (usage: epochfs-analyze [OPTIONS] DATADIR -- COMMAND)")
+    if not argv:
+        raise UsageError("missing COMMAND after -- (usage: epochfs-analyze [OPTIONS] DATADIR -- COMMAND)")
+    if o["plot"] and not o["plot"].endswith((".svg", ".png")):
+        raise UsageError("--plot %s: the file must end in .svg or .png" % o["plot"])
+    o["datadir"] = pos[0]
+    o["command"] = argv
+    return o
+
+
+# ---- the runs -----------------------------------------------------------------
+
+def read_records(path):
+    recs = []
+    try:
+        with open(path) as f:
+            for line in f:
+                try:
+                    recs.append(json.loads(line))
+                except ValueError:
+                    pass
+    except OSError:
+        pass
+    return recs
+
+
+def mem_room():
+    """Bytes this process's memory cgroup (or the machine) has free."""
+    room = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    room = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                parts = line.strip().split(":", 2)
+                if len(parts) == 3 and "memory" in parts[1].split(","):
+                    d = "/sys/fs/cgroup/memory" + parts[2]
+                    lim = int(open(d + "/memory.limit_in_bytes").read())
+                    use = int(open(d + "/memory.usage_in_bytes").read())
+                    if lim < 1 << 60:
+                        room = min(room or lim, max(0, lim - use))
+    except (OSError, ValueError):
+        pass
+    return room or (1 << 30)
+
+
+def run_mode(opts, mode, mount, env0, say):
+    fd, out = tempfile.mkstemp(prefix="epochfs-analyze-", suffix=".jsonl")
+    os.close(fd)
+    env = dict(env0)
+    env.update({"EPOCHFS_ANALYZE_OUT": out, "EPOCHFS_ANALYZE_MODE": mode,
+                "EPOCHFS_ANALYZE_WARMUP": str(opts["warmup"] if mode == "as-is" else 0),
+                "EPOCHFS_ANALYZE_EPOCHS": str(opts["epochs"]), "EPOCHFS_ANALYZE_STEPS": str(opts["steps"]),
+                "EPOCHFS_ANALYZE_WARM_BYTES": str(int(mem_room() * 0.4))})
+    if mount:
+        env["EPOCHFS_ANALYZE_MOUNT"] = mount
+    if mode == "as-is" and opts["order"]:
+        env["EPOCHFS_RUN"] = "1"
+    else:
+        env.pop("EPOCHFS_RUN", None)
+    say("run %s: %s" % (mode, " ".join(opts["command"])))
+    t0 = time.monotonic()
+    try:
+        rc = subprocess.call(opts["command"], env=env)
+    except OSError as e:
+        os.unlink(out)
+        raise UsageError("%s: %s" % (opts["command"][0], e.strerror))
+    recs = read_records(out)
+    os.unlink(out)
+    say("run %s: %.1f s, exit %d" % (mode, time.monotonic() - t0, rc))
+    return rc, recs
+
+
+# ---- the storage's bandwidth ------------------------------------------------
+
+def find_source(mount, stats):
+    pid = int((stats or {}).get("daemon_pid") or 0)
+    if not pid:
+        return None
+    try:
+        fds = os.listdir("/proc/%d/fd" % pid)
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            target = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        if target.startswith("/") and os.path.isdir(target) and not target.startswith(("/dev", "/proc")):
+            return target
+    return None
+
+
+def probe_storage(paths, seconds=4.0, threads=4):
+    """Bytes/s of whole-file O_DIRECT reads of PATHS (no page cache), or
+    None where O_DIRECT is refused (tmpfs: the data is in memory)."""
+    import mmap
+    todo = list(paths)
+    lock = threading.Lock()
+    got = [0, 0]
+    deadline = time.monotonic() + seconds
+    refused = [False]
+
+    def work():
+        buf = mmap.mmap(-1, 1 << 20)
+        while time.monotonic() < deadline:
+            with lock:
+                if not todo:
+                    return
+                p = todo.pop()
+            try:
+                fd = os.open(p, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
+            except OSError as e:
+                if e.errno == 22:
+                    refused[0] = True
+                continue
+            try:
+                off = 0
+                while True:
+                    n = os.preadv(fd, [buf], off)
+                    if n <= 0:
+                        break
+                    off += n
+                    if n < len(buf):
+                        break
+                with lock:
+                    got[0] += off
+                    got[1] += 1
+            except OSError as e:
+                if e.errno == 22:
+                    refused[0] = True
+            finally:
+                os.close(fd)
+    t0 = time.monotonic()
+    ts = [threading.Thread(target=work, daemon=True) for _ in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    dt = time.monotonic() - t0
+    if refused[0] and not got[0]:
+        return None
+    return got[0] / dt if dt > 0 and got[0] else None
+
+
+# ---- from records to a breakdown ----------------------------------------------
+
+def _first(recs, ev):
+    for r in recs:
+        if r.get("ev") == ev:
+            return r
+    return None
+
+
+def per_epoch(win, steps_per_epoch):
+    """Seconds per epoch from a window: whole epochs when it has them, else
+    its per-step time times the epoch's steps."""
+    if not win or not win.get("steps"):
+        return None
+    if win.get("epochs_complete") and win["steps"] % max(1, steps_per_epoch) == 0:
+        return win["seconds"] / win["epochs_complete"]
+    # A window of steps: the epoch's start-up (workers starting, the first
+    # batch) once, the steps after it scaled to the epoch's.
+    per_step = win["seconds"] / win["steps"]
+    extra = max(0.0, min(win.get("startup") or 0.0, win["seconds"]) - per_step)
+    return extra + (win["seconds"] - extra) / win["steps"] * steps_per_epoch
+
+
+def counter_delta(win, name):
+    a, b = (win or {}).get("stats_before"), (win or {}).get("stats_after")
+    if not a or not b or name not in a or name not in b:
+        return None
+    return b[name] - a[name]
+
+
+def analyze(opts, results, storage_bps, mount_stats):
+    """The breakdown and what-ifs from the runs' records. RESULTS: mode ->
+    (exit code, records). Returns the report's dict."""
+    start = None
+    for m in MODES:
+        if m in results:
+            start = _first(results[m][1], "start")
+            if start:
+                break
+    if not start:
+        return {"error": "no DataLoader was iterated: nothing to measure", "measured": {}}
+    seen = [dict(r, run=m) for m in MODES if m in results for r in results[m][1] if r.get("ev") == "epoch"]
+    S = start.get("steps_per_epoch") or 0
+    N = start.get("items_per_epoch") or (S * (start.get("batch_size") or 1))
+    W = start.get("workers") or 0
+    C = start.get("cpus") or (os.cpu_count() or 1)
+    item_bytes = start.get("mean_file_bytes") or 0.0
+    wins = {m: _first(results[m][1], "window") for m in results}
+    asis, warm, comp = wins.get("as-is"), wins.get("warm"), wins.get("compute")
+    rep = {"job": {"items_per_epoch": N, "steps_per_epoch": S, "workers": W, "cpus": C,
+                   "batch_size": start.get("batch_size"), "dataset": start.get("dataset"),
+                   "bytes_per_item": item_bytes, "data_bytes": item_bytes * N},
+           "measured": {}, "epochs_seen": [{k: e.get(k) for k in ("run", "epoch", "seconds", "wait", "steps",
+                                                                    "measured", "complete")} for e in seen]}
+    T_a = per_epoch(asis, S)
+    T_w = per_epoch(warm, S)
+    c = (comp["compute"] / comp["steps"]) if comp and comp.get("steps") else None
+    if c is None and warm and warm.get("steps"):
+        c = warm["compute"] / warm["steps"]          # no compute run: the warm run's non-wait time
+    meas = rep["measured"]
+    for m, w in wins.items():
+        if w:
+            meas[m] = {"epoch_seconds": per_epoch(w, S), "wait_fraction": w["wait"] / w["seconds"]
+                       if w["seconds"] > 0 else None, "steps": w["steps"], "complete": w.get("complete"),
+                       "worker_cpu_per_item": w["worker_cpu"] / w["items"] if w.get("items") else None}
+    epoch = T_a if T_a is not None else T_w
+    compute_s = c * S if c is not None else None
+    prep = max(0.0, T_w - compute_s) if T_w is not None and compute_s is not None else None
+    fetch = max(0.0, T_a - T_w) if T_a is not None and T_w is not None else None
+    rep.update({"epoch_seconds": epoch, "compute_seconds": compute_s, "prep_stall_seconds": prep,
+                "fetch_stall_seconds": fetch})
+    if asis:
+        rep["as_is_wait_seconds"] = asis["wait"] / asis["steps"] * S if asis["steps"] else None
+        sb = counter_delta(asis, "storage_read_bytes")
+        if sb is not None and asis.get("steps"):
+            per = sb / asis["steps"] * S
+            rep["mount"] = {"storage_bytes_per_epoch": per,
+                            "storage_fraction_of_data": per / (item_bytes * N) if item_bytes and N else None,
+                            "storage_mbps": sb / asis["seconds"] / 1e6 if asis["seconds"] > 0 else None,
+                            "cache_hit_bytes": counter_delta(asis, "cache_hit_bytes"),
+                            "peer_read_bytes": counter_delta(asis, "peer_read_bytes"),
+                            "prefetch_bytes": counter_delta(asis, "prefetch_bytes"),
+                            "daemon_cpu_per_epoch": asis["daemon_cpu"] / asis["steps"] * S
+                            if asis.get("daemon_cpu") is not None else None}
+    rep["storage_mbps_probed"] = storage_bps / 1e6 if storage_bps else None
+    # The model's inputs.
+    q = None
+    src = warm if warm and warm.get("items") else asis
+    if src and src.get("items"):
+        if W > 0:
+            q = src["worker_cpu"] / src["items"]
+        else:
+            q = max(0.0, src["main_cpu"] - (c or 0) * src["steps"]) / src["items"]
+    if None in (q, c) or not storage_bps or not N or not S:
+        rep["what_if"] = []
+        rep["model"] = {"error": "not enough measured for the what-if model (needs the warm run, the "
+                        "compute run or the warm run's steps, and the storage's bandwidth)"}
+        return rep
+    cache_bytes = (mount_stats or {}).get("cache_capacity_bytes")
+    data_bytes = item_bytes * N
+    if cache_bytes is not None:
+        kind, frac = "minio", cache_bytes / data_bytes if data_bytes else 0.0
+    else:
+        kind, frac = "pagecache", min(1.0, mem_room() / data_bytes) if data_bytes else 1.0
+    u = comp["main_cpu"] / comp["steps"] if comp and comp.get("steps") else 0.0
+    r = 0.0
+    if asis and asis.get("daemon_cpu") is not None and asis.get("items"):
+        r = asis["daemon_cpu"] / asis["items"]
+    startup = 0.0
+    for m in ("warm", "as-is"):
+        for e in results.get(m, (0, []))[1]:
+            if e.get("ev") == "epoch" and e.get("measured") and e.get("startup") is not None and e["steps"]:
+                startup = max(0.0, e["startup"] - e["seconds"] / e["steps"])
+                break
+        if startup:
+            break
+    prof = Profile(N, S, item_bytes, c, q, W, C, storage_bps, frac, kind, u, r, startup,
+                   prefetch=bool(opts.get("order")))
+    frac_seen = (rep.get("mount") or {}).get("storage_fraction_of_data")
+    if frac_seen is not None:
+        prof.measured_hit = max(0.0, min(1.0, 1.0 - frac_seen))
+    raw_asis = prof.epoch_seconds()
+    prof.calibrate(T_w, T_a)
+    rep["model"] = {"prep_cpu_per_item": q, "compute_per_step": c, "main_cpu_per_step": u,
+                    "serve_cpu_per_item": r, "startup_seconds": startup, "cache_kind": kind,
+                    "cache_fraction": frac, "hit": prof.hit(), "hit_measured": prof.measured_hit is not None,
+                    "cpu_scale": prof.cpu_scale,
+                    "storage_bps_effective": storage_bps * prof.bw_scale,
+                    "uncalibrated_as_is_seconds": raw_asis,
+                    "as_is_seconds": prof.epoch_seconds(),
+                    "warm_seconds": prof.scenario(cache_frac=1.0, cache_kind="minio").epoch_seconds()}
+    rep["what_if"] = what_ifs(prof, opts.get("what_if", []), data_bytes)
+    rep["advice"] = advice(prof, epoch or prof.epoch_seconds(), C, W)
+    return rep
+
+
+def _scenario(prof, s, data_bytes):
+    kw, out = {}, {}
+    for k, v in s.items():
+        if k == "cache":
+            frac = v[1] if v[0] == "frac" else (v[1] / data_bytes if data_bytes else 0.0)
+            kw["cache_frac"] = frac
+            kw["cache_kind"] = s.get("_kind", "minio")
+            out["cache"] = round(frac * 100, 2)
+        elif k == "storage":
+            kw["storage_bps"] = v
+            out["storage_mbps"] = v / 1e6
+        elif k == "_kind":
+            out["cache_kind"] = v
+        else:
+            kw[k] = v
+            out[k] = ("on" if v else "off") if k == "prefetch" else v
+    if "cache" in out and "cache_kind" not in out:
+        out["cache_kind"] = "minio"
+    p = prof.scenario(**kw)
+    t, b = p.parts()
+    out["predicted_epoch_seconds"] = round(t, 3)
+    out["bottleneck"] = max(b, key=b.get)
+    return out
+
+
+def what_ifs(prof, asked, data_bytes):
+    rows = []
+    for s in asked:
+        rows.append(dict(_scenario(prof, s, data_bytes), requested=True))
+    for pct in range(0, 101, 10):
+        for kind in ("minio", "pagecache"):
+            rows.append(_scenario(prof, {"cache": ("frac", pct / 100), "_kind": kind}, data_bytes))
+    top = max(2, int(2 * prof.cores))
+    for w in range(1, top + 1):
+        rows.append(_scenario(prof, {"workers": w}, data_bytes))
+    for w in range(1, top + 1):
+        rows.append(_scenario(prof, {"workers": w, "cores": max(prof.cores, w)}, data_bytes))
+    return rows
+
+
+def advice(prof, now, cpus, workers):
+    """The single change that helps most, of a few a user can make."""
+    cands = [("prefetch on (run the job under epochfs-run)", {"prefetch": True}),
+             ("cache the whole dataset (cache = 100%)", {"cache_frac": 1.0, "cache_kind": "minio"}),
+             ("%d DataLoader workers" % max(1, 2 * int(cpus)), {"workers": max(1, 2 * int(cpus))}),
+             ("twice the CPU cores (%g), workers to match" % (2 * cpus),
+              {"cores": 2 * cpus, "workers": max(workers, 2 * int(cpus))}),
+             ("storage twice as fast", {"storage_bps": prof.storage_bps * 2}),
+             ("a second node with its cache (2 nodes)", {"nodes": 2})]
+    best = None
+    base = prof.epoch_seconds()
+    for name, kw in cands:
+        if kw.get("prefetch") and prof.prefetch:
+            continue
+        t = prof.scenario(**kw).epoch_seconds()
+        gain = base / t if t > 0 else 1.0
+        if best is None or gain > best["speedup"]:
+            best = {"change": name, "predicted_epoch_seconds": t, "speedup": gain}
+    return best
+
+
+# ---- output -----------------------------------------------------------------
+
+def _fmt(x, unit="s"):
+    return "-" if x is None else ("%.2f %s" % (x, unit))
+
+
+def text_report(rep):
+    if rep.get("error"):
+        return "epochfs-analyze: %s%s\n" % (rep["error"], ("\nnote: " + rep["failed"]) if rep.get("failed") else "")
+    L = []
+    j = rep["job"]
+    L.append("epochfs-analyze: %s, %d items in %d steps per epoch, %d DataLoader workers on %g CPUs"
+             % (j["dataset"], j["items_per_epoch"] or 0, j["steps_per_epoch"] or 0, j["workers"], j["cpus"]))
+    e = rep.get("epoch_seconds")
+    L.append("epoch: %s" % _fmt(e))
+    parts = [("compute", rep.get("compute_seconds")), ("prep stall", rep.get("prep_stall_seconds")),
+             ("fetch stall", rep.get("fetch_stall_seconds"))]
+    for name, v in parts:
+        share = (" (%3.0f%%)" % (100 * v / e)) if v is not None and e else ""
+        L.append("  %-12s %s%s" % (name, _fmt(v), share))
+    if rep.get("as_is_wait_seconds") is not None:
+        L.append("  (the job waited in next() %s of it)" % _fmt(rep["as_is_wait_seconds"]))
+    m = rep.get("mount")
+    if m:
+        L.append("mount: storage %s per epoch (%s of the data), %s; daemon CPU %s per epoch"
+                 % (_fmt((m["storage_bytes_per_epoch"] or 0) / 1e6, "MB"),
+                    "-" if m["storage_fraction_of_data"] is None else "%.2f" % m["storage_fraction_of_data"],
+                    _fmt(m["storage_mbps"], "MB/s"), _fmt(m.get("daemon_cpu_per_epoch"))))
+    if rep.get("storage_mbps_probed"):
+        L.append("storage: %.1f MB/s probed (O_DIRECT)" % rep["storage_mbps_probed"])
+    mod = rep.get("model", {})
+    if mod.get("error"):
+        L.append("what-if: %s" % mod["error"])
+    else:
+        L.append("model: prep %.1f ms CPU per item, compute %.1f ms per step, hit %.2f (%s), "
+                 "effective storage %.1f MB/s; as-is %.2f s modelled"
+                 % (1e3 * mod["prep_cpu_per_item"], 1e3 * mod["compute_per_step"], mod["hit"],
+                    mod["cache_kind"], mod["storage_bps_effective"] / 1e6, mod["as_is_seconds"]))
+        a = rep.get("advice")
+        if a:
+            L.append("most help: %s -> %.2f s per epoch (%.2fx)" % (a["change"], a["predicted_epoch_seconds"],
+                                                                     a["speedup"]))
+        asked = [w for w in rep.get("what_if", []) if w.get("requested")]
+        for w in asked:
+            keys = ", ".join("%s=%s" % (k, v) for k, v in w.items()
+                             if k not in ("predicted_epoch_seconds", "bottleneck", "requested"))
+            L.append("what if %s: %.2f s per epoch (bound: %s)" % (keys, w["predicted_epoch_seconds"],
+                                                                   w["bottleneck"]))
+    if rep.get("failed"):
+        L.append("note: %s" % rep["failed"])
+        for e in rep.get("epochs_seen", []):
+            L.append("  %s run, epoch %d%s: %.2f s, %d steps, waited %.2f s"
+                     % (e["run"], e["epoch"], "" if e["complete"] else " (cut short)", e["seconds"],
+                        e["steps"], e["wait"]))
+    return "\n".join(L) + "\n"
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        opts = parse_args(argv)
+    except UsageError as e:
+        sys.stderr.write("epochfs-analyze: %s\n" % e)
+        return 2
+    if opts == "help":
+        sys.stdout.write(__doc__.lstrip())
+        return 0
+    if opts == "version":
+        print("epochfs-analyze %s" % epochfs.__version__)
+        return 0
+    say = (lambda s: None) if opts["quiet"] else (lambda s: sys.stderr.write("epochfs-analyze: %s\n" % s))
+    datadir = os.path.realpath(opts["datadir"])
+    if not os.path.isdir(datadir):
+        sys.stderr.write("epochfs-analyze: %s: not a directory\n" % opts["datadir"])
+        return 2
+    m = _mounts.mount_of(datadir)
+    mount = m[0] if m else None
+    stats = None
+    if mount:
+        try:
+            with open(os.path.join(mount, ".epochfs", "stats.json")) as f:
+                stats = json.load(f)
+        except (OSError, ValueError):
+            stats = None
+    env = os.environ.copy()
+    here = os.path.dirname(os.path.abspath(epochfs.__file__))
+    paths = [os.path.join(here, "_boot"), os.path.dirname(here)]
+    paths += [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    results, failed = {}, None
+    try:
+        for mode in opts["runs"]:
+            rc, recs = run_mode(opts, mode, mount, env, say)
+            results[mode] = (rc, recs)
+            if rc != 0:
+                failed = (mode, rc)
+                break
+    except UsageError as e:
+        sys.stderr.write("epochfs-analyze: %s\n" % e)
+        return 127
+    storage_bps = opts["storage_bps"]
+    if storage_bps is None and not failed:
+        start = None
+        for mode in results:
+            start = start or _first(results[mode][1], "start")
+        files = (start or {}).get("files") or []
+        if mount and files:
+            src = opts["source"] or find_source(mount, stats)
+            files = [os.path.join(src, os.path.relpath(os.path.realpath(f), mount)) for f in files] if src else []
+        elif opts["source"] and files:
+            files = [os.path.join(opts["source"], os.path.relpath(os.path.realpath(f), datadir)) for f in files]
+        if files:
+            say("probing the storage's bandwidth (%d files, O_DIRECT)" % len(files))
+            storage_bps = probe_storage(files)
+    rep = analyze(opts, results, storage_bps, stats)
+    if failed:
+        rep["failed"] = "COMMAND exited %d in the %s run; the report holds what was measured before" % (
+            failed[1], failed[0])
+    sys.stdout.write(text_report(rep))
+    if opts["json"]:
+        with open(opts["json"], "w") as f:
+            json.dump(rep, f, indent=1, sort_keys=True)
+            f.write("\n")
+    if opts["plot"] and rep.get("what_if"):
+        from . import _plot
+        try:
+            _plot.write(opts["plot"], rep)
+        except Exception as e:
+            sys.stderr.write("epochfs-analyze: --plot %s: %s\n" % (opts["plot"], e))
+            return 1
+    if failed:
+        return failed[1]
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# epochfs-analyze over a real mount with an unmodified torchvision job: its
+# options (bad ones refused with one line and status 2), the three runs and
+# the JSON schema (the breakdown, the mount's counters, the storage probed
+# through the daemon's SOURCE, every requested what-if answered), the SVG
+# plot, and a COMMAND that fails: its status passes through and the report
+# says what was measured before. Skipped without python3-torchvision.
+. "$(dirname "$0")/lib.sh"
+PY=/usr/bin/python3
+$PY -c 'import torch, torchvision' 2>/dev/null || skip "python3-torchvision is not installed"
+AN=$ROOT/$BUILD/epochfs-analyze
+export EPOCHFS_PYTHON=$PY
+JOB="$(dirname "$0")/analyze_job.py"
+
+"$AN" --help | grep -q "what-if" || fail "epochfs-analyze --help"
+for bad in "" "--epochs 0 $T -- true" "--bogus $T -- true" "--what-if colour=red $T -- true" \
+	"--what-if cache $T -- true" "--runs cold $T -- true" "--plot x.pdf $T -- true" "$T"; do
+	# shellcheck disable=SC2086
+	"$AN" $bad > /dev/null 2> "$T/e"; rc=$?
+	[ $rc = 2 ] || fail "epochfs-analyze $bad: exit $rc, expected 2"
+	[ "$(wc -l < "$T/e")" = 1 ] || fail "epochfs-analyze $bad: not one line: $(cat "$T/e")"
+done
+"$AN" "$T/nope" -- true 2> "$T/e"; [ $? = 2 ] && grep -q "not a directory" "$T/e" || fail "a missing DATADIR"
+ok "bad options refused with one line, status 2"
+
+"$GEN" "$T/src" --files 96 --classes 3 --seed 4 > /dev/null || fail "gen"
+D=$(du -sb --apparent-size "$T/src" | cut -f1)
+mount_ep "$T/src" "$T/m" --cache-size $((D / 2))
+[ "$(stat_of "$T/m" daemon_pid)" = "$EP_PID" ] || fail "stats.json daemon_pid"
+
+"$AN" --json "$T/r.json" --plot "$T/r.svg" --what-if cache=100%,workers=2 --what-if storage=200,prefetch=on \
+	"$T/m" -- $PY "$JOB" "$T/m" > "$T/out" 2> "$T/err" || fail "analyze: $(cat "$T/err")"
+grep -q "^epoch: " "$T/out" && grep -q "fetch stall" "$T/out" && grep -q "most help: " "$T/out" ||
+	fail "the report: $(cat "$T/out")"
+grep -q "analyze_job: done" "$T/out" && fail "a run was not stopped after its window"
+$PY - "$T/r.json" <<'PYEOF' || fail "the JSON report: $(cat "$T/r.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+for k in ("epoch_seconds", "compute_seconds", "prep_stall_seconds", "fetch_stall_seconds"):
+    assert isinstance(r[k], float) and r[k] >= 0, k
+assert r["epoch_seconds"] > 0
+assert set(r["measured"]) == {"as-is", "warm", "compute"}, r["measured"]
+assert r["job"]["items_per_epoch"] == 96 and r["job"]["steps_per_epoch"] == 12, r["job"]
+assert r["storage_mbps_probed"] > 0, "storage not probed"
+assert r["mount"]["storage_bytes_per_epoch"] >= 0
+assert r["model"]["cache_kind"] == "minio" and 0.4 < r["model"]["cache_fraction"] < 0.6, r["model"]
+asked = [w for w in r["what_if"] if w.get("requested")]
+assert len(asked) == 2, asked
+assert asked[0]["cache"] == 100.0 and asked[0]["workers"] == 2 and asked[0]["predicted_epoch_seconds"] > 0
+assert asked[1]["storage_mbps"] == 200.0 and asked[1]["prefetch"] == "on"
+assert any(w.get("cache_kind") == "pagecache" for w in r["what_if"])
+PYEOF
+$PY -c 'import sys, xml.etree.ElementTree as E; t = E.parse(sys.argv[1]); assert len([e for e in t.iter() if e.tag.endswith("path")]) >= 3' \
+	"$T/r.svg" || fail "the SVG plot"
+ok "three runs, breakdown and what-ifs in JSON, storage probed through SOURCE, SVG plot"
+
+"$AN" -q --storage-mbps 50 "$T/m" -- sh -c 'exit 5' > "$T/out" 2>&1; rc=$?
+[ $rc = 5 ] || fail "a failing COMMAND: exit $rc, expected 5"
+grep -q "no DataLoader was iterated" "$T/out" && grep -q "exited 5 in the as-is run" "$T/out" ||
+	fail "a failing COMMAND's report: $(cat "$T/out")"
+"$AN" -q --storage-mbps 50 "$T/m" -- $PY "$JOB" "$T/m" --die-at 1 > "$T/out" 2>&1; rc=$?
+[ $rc = 1 ] || fail "a job dying in epoch 1: exit $rc, expected 1"
+grep -q "as-is run, epoch 0: " "$T/out" && grep -q "as-is run, epoch 1 (cut short)" "$T/out" ||
+	fail "what was measured before the job died: $(cat "$T/out")"
+ok "COMMAND's exit status passes through; the report says what was measured before it failed"
+umount_ep

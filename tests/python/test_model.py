@@ -1,0 +1,162 @@
+"""epochfs-analyze's model arithmetic and option parsing (no torch needed)."""
+import unittest
+
+from epochfs import analyze
+from epochfs._model import Profile, lru_hit, mva_throughput
+
+
+class Mva(unittest.TestCase):
+    def test_one_worker_is_serial(self):
+        # One customer: no queueing, an item takes CPU plus disk.
+        self.assertAlmostEqual(mva_throughput(1, 0.010, 1, 0.030), 1 / 0.040)
+
+    def test_many_workers_reach_the_bottleneck(self):
+        # Disk-bound: 1/m; CPU-bound on 2 cores: 2/q.
+        self.assertAlmostEqual(mva_throughput(64, 0.010, 2, 0.030), 1 / 0.030, places=1)
+        self.assertAlmostEqual(mva_throughput(64, 0.020, 2, 0.001), 2 / 0.020, places=0)
+
+    def test_monotone_in_workers(self):
+        xs = [mva_throughput(w, 0.02, 2, 0.01) for w in range(1, 9)]
+        self.assertEqual(xs, sorted(xs))
+
+    def test_no_disk_two_workers_two_cores(self):
+        self.assertAlmostEqual(mva_throughput(2, 0.02, 2, 0.0), 2 / 0.02)
+
+
+class Lru(unittest.TestCase):
+    def test_ends(self):
+        self.assertEqual(lru_hit(0.0), 0.0)
+        self.assertEqual(lru_hit(1.0), 1.0)
+
+    def test_shuffled_epochs_thrash_lru(self):
+        # Every item once per epoch in a fresh order: LRU keeps the items
+        # just read, which this epoch will not read again.
+        h = lru_hit(0.5)
+        self.assertLess(h, 0.5)
+        self.assertGreater(h, 0.05)
+        self.assertLessEqual(lru_hit(0.3), lru_hit(0.6))
+
+
+def prof(**kw):
+    base = dict(items=1000, steps=100, bytes_per_item=100e3, compute_per_step=0.0,
+                prep_cpu_per_item=0.01, workers=2, cores=2, storage_bps=25e6, cache_frac=0.5)
+    base.update(kw)
+    return Profile(**base)
+
+
+class Epoch(unittest.TestCase):
+    def test_all_hits_cpu_bound(self):
+        # 1,000 items x 10 ms on 2 workers and 2 cores: 5 s.
+        self.assertAlmostEqual(prof(cache_frac=1.0).epoch_seconds(), 5.0, places=6)
+
+    def test_storage_bound_with_prefetch(self):
+        # Half the data from storage: 50 MB at 25 MB/s = 2 s; CPU 5 s: 5 s.
+        self.assertAlmostEqual(prof(prefetch=True).epoch_seconds(), 5.0, places=6)
+        # At 5 MB/s the storage bounds: 10 s.
+        self.assertAlmostEqual(prof(prefetch=True, storage_bps=5e6).epoch_seconds(), 10.0, places=6)
+
+    def test_stalls_without_prefetch(self):
+        t_no = prof().epoch_seconds()
+        t_pf = prof(prefetch=True).epoch_seconds()
+        self.assertGreater(t_no, t_pf)
+        # Two workers can at best overlap the disk with the CPU fully.
+        self.assertLess(t_no, 5.0 + 2.0 + 1e-6)
+
+    def test_no_workers_serial(self):
+        # 1,000 x (10 ms + 50 KB / 25 MB/s = 2 ms) + 100 x 5 ms = 12.5 s
+        t = prof(workers=0, compute_per_step=0.005).epoch_seconds()
+        self.assertAlmostEqual(t, 12.5, places=6)
+
+    def test_compute_bound(self):
+        self.assertAlmostEqual(prof(cache_frac=1.0, compute_per_step=0.2).epoch_seconds(), 20.0)
+
+    def test_nodes_and_jobs(self):
+        self.assertEqual(prof(nodes=2).hit(), 1.0)
+        # Two jobs sharing prep: 5 ms of CPU each per item, both on 2 cores.
+        self.assertAlmostEqual(prof(cache_frac=1.0, jobs=2).epoch_seconds(), 5.0, places=6)
+
+    def test_page_cache_hits_less(self):
+        self.assertLess(prof(cache_kind="pagecache").hit(), prof().hit())
+
+    def test_calibrate_recovers_bandwidth(self):
+        truth = prof(storage_bps=10e6)
+        measured = truth.epoch_seconds()
+        p = prof(storage_bps=25e6)
+        p.calibrate(asis_seconds=measured)
+        self.assertAlmostEqual(p.bw_scale, 0.4, places=3)
+        self.assertAlmostEqual(p.epoch_seconds(), measured, places=3)
+
+    def test_calibrate_cpu(self):
+        p = prof()
+        p.calibrate(warm_seconds=6.0)
+        self.assertAlmostEqual(p.cpu_scale, 1.2, places=6)
+        self.assertAlmostEqual(p.scenario(cache_frac=1.0).epoch_seconds(), 6.0, places=6)
+
+    def test_scenario_rejects_unknown(self):
+        with self.assertRaises(KeyError):
+            prof().scenario(colour=1)
+
+
+class Options(unittest.TestCase):
+    def test_what_if(self):
+        s = analyze.parse_what_if("cache=50%,workers=4,storage=100,prefetch=on,nodes=3,jobs=2")
+        self.assertEqual(s["cache"], ("frac", 0.5))
+        self.assertEqual(s["workers"], 4)
+        self.assertEqual(s["storage"], 100e6)
+        self.assertIs(s["prefetch"], True)
+        self.assertEqual(analyze.parse_what_if("cache=2G")["cache"], ("bytes", 2 * (1 << 30)))
+
+    def test_what_if_errors(self):
+        for bad in ("colour=3", "cache", "workers=-1", "storage=0", "prefetch=maybe", "nodes=0", ","):
+            with self.assertRaises(analyze.UsageError, msg=bad):
+                analyze.parse_what_if(bad)
+
+    def test_args(self):
+        o = analyze.parse_args(["--steps", "20", "--what-if", "cache=100%", "/d", "--", "python3", "x.py"])
+        self.assertEqual(o["steps"], 20)
+        self.assertEqual(o["command"], ["python3", "x.py"])
+        self.assertEqual(o["datadir"], "/d")
+        self.assertEqual(analyze.parse_args(["-h"]), "help")
+
+    def test_args_errors(self):
+        for bad in (["/d"], ["--", "x"], ["--epochs", "0", "/d", "--", "x"], ["--bogus", "/d", "--", "x"],
+                    ["--runs", "cold", "/d", "--", "x"], ["--plot", "a.pdf", "/d", "--", "x"],
+                    ["--steps"], ["a", "b", "--", "x"]):
+            with self.assertRaises(analyze.UsageError, msg=str(bad)):
+                analyze.parse_args(bad)
+
+
+class Report(unittest.TestCase):
+    def records(self):
+        start = {"ev": "start", "steps_per_epoch": 100, "items_per_epoch": 1000, "workers": 2, "cpus": 2,
+                 "batch_size": 10, "dataset": "ImageFolder", "mean_file_bytes": 100e3, "files": []}
+
+        def win(seconds, wait, worker_cpu, main_cpu=0.0):
+            return {"ev": "window", "seconds": seconds, "wait": wait, "compute": seconds - wait,
+                    "steps": 100, "items": 1000, "worker_cpu": worker_cpu, "main_cpu": main_cpu,
+                    "daemon_cpu": None, "complete": True}
+        return {"as-is": (0, [start, win(8.0, 7.5, 10.0)]), "warm": (0, [start, win(5.5, 5.0, 10.0)]),
+                "compute": (0, [start, win(0.5, 0.01, 0.0, 0.4)])}
+
+    def test_breakdown_and_schema(self):
+        rep = analyze.analyze({"what_if": [analyze.parse_what_if("cache=100%")]}, self.records(), 25e6,
+                              {"cache_capacity_bytes": 50e6})
+        self.assertAlmostEqual(rep["epoch_seconds"], 8.0)
+        self.assertAlmostEqual(rep["compute_seconds"], 0.49, places=6)
+        self.assertAlmostEqual(rep["prep_stall_seconds"], 5.5 - 0.49, places=6)
+        self.assertAlmostEqual(rep["fetch_stall_seconds"], 2.5, places=6)
+        self.assertAlmostEqual(rep["model"]["as_is_seconds"], 8.0, places=2)
+        asked = [w for w in rep["what_if"] if w.get("requested")]
+        self.assertEqual(len(asked), 1)
+        self.assertEqual(asked[0]["cache"], 100.0)
+        self.assertIn("predicted_epoch_seconds", asked[0])
+        self.assertTrue(any("workers" in w for w in rep["what_if"]))
+        self.assertIn("most help", analyze.text_report(rep))
+
+    def test_no_loader(self):
+        rep = analyze.analyze({}, {"as-is": (1, [])}, None, None)
+        self.assertIn("error", rep)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,159 @@
+"""epochfs-analyze's step timer on synthetic DataLoaders with known sleeps:
+the data wait and the compute of each step are split as they happened.
+Skipped where torch is not installed."""
+import json
+import os
+import shutil
+import tempfile
+import time
+import unittest
+
+try:
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+except ImportError:                     # pragma: no cover
+    torch = None
+
+from epochfs import _hook, _timing
+
+PREP = 0.004        # seconds per item in __getitem__
+COMPUTE = 0.010     # seconds per step in the training loop
+ITEMS, BATCH = 60, 5
+
+
+if torch is not None:
+    class Files(Dataset):
+        """Reads a small file and sleeps PREP per item; keeps how long each
+        __getitem__ took (with workers=0, in this process)."""
+
+        def __init__(self, files):
+            self.files = files
+            self.took = []
+
+        def __len__(self):
+            return len(self.files)
+
+        def __getitem__(self, i):
+            t0 = time.perf_counter()
+            with open(self.files[i], "rb") as f:
+                f.read()
+            time.sleep(PREP)
+            self.took.append(time.perf_counter() - t0)
+            return torch.zeros(4), i
+
+
+@unittest.skipIf(torch is None, "torch is not installed")
+class Timing(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="epochfs-timing-")
+        self.files = []
+        for i in range(ITEMS):
+            p = os.path.join(self.dir, "f%03d" % i)
+            with open(p, "wb") as f:
+                f.write(os.urandom(1000))
+            self.files.append(p)
+        self.out = os.path.join(self.dir, "rec.jsonl")
+        import torch.utils.data.dataloader as dl
+        _hook.install(publish=False)
+        _hook._patch(dl)
+
+    def tearDown(self):
+        if getattr(self, "timer", None) is not None:
+            self.timer._clean()
+        _hook._timer[0] = None
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def job(self, mode, workers=0, run_epochs=3, **kw):
+        timer = self.timer = _timing.Timer(self.out, mode, exit_when_done=False, **kw)
+        _hook._timer[0] = timer
+        ds = self.ds = Files(list(self.files))
+        loader = DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=workers)
+        seen = []
+        for _ in range(run_epochs):
+            for x, y in loader:
+                seen.extend(y.tolist())
+                time.sleep(COMPUTE)
+        _hook._timer[0] = None
+        with open(self.out) as f:
+            recs = [json.loads(line) for line in f]
+        return ds, recs, seen
+
+    def window(self, recs):
+        w = [r for r in recs if r["ev"] == "window"]
+        self.assertEqual(len(w), 1, recs)
+        return w[0]
+
+    def test_as_is_split(self):
+        ds, recs, seen = self.job("as-is", warmup=1, epochs=1)
+        w = self.window(recs)
+        steps = ITEMS // BATCH
+        self.assertEqual(w["steps"], steps)
+        self.assertEqual(w["items"], ITEMS)
+        # epoch 1's items took what __getitem__ measured; the wait holds it
+        # and little else (collation, the sampler).
+        prep = sum(ds.took[ITEMS:2 * ITEMS])
+        self.assertLess(abs(w["wait"] - prep) / prep, 0.05, (w, prep))
+        self.assertLess(abs(w["compute"] - steps * COMPUTE) / (steps * COMPUTE), 0.05, w)
+        self.assertEqual(sorted(seen[:ITEMS]), list(range(ITEMS)))
+        ep = [r for r in recs if r["ev"] == "epoch"]
+        self.assertFalse(ep[0]["measured"])
+        self.assertTrue(ep[1]["measured"])
+
+    def test_steps_window(self):
+        _, recs, _ = self.job("as-is", warmup=0, steps=7)
+        w = self.window(recs)
+        self.assertEqual(w["steps"], 7)
+        self.assertFalse(any(r["ev"] == "epoch" and r["epoch"] > 0 and r["measured"] for r in recs))
+
+    def test_compute_replays(self):
+        ds, recs, seen = self.job("compute", run_epochs=2, replay=2)
+        w = self.window(recs)
+        # Only the replay batches were fetched; then steps cost compute only.
+        self.assertEqual(len(ds.took), 2 * BATCH)
+        self.assertLess(w["wait"], 0.1 * w["seconds"], w)
+        per = w["compute"] / w["steps"]
+        self.assertLess(abs(per - COMPUTE) / COMPUTE, 0.05, w)
+        # The job's epochs still have their length.
+        self.assertEqual(len(seen), 2 * ITEMS)
+
+    def test_warm_reads_the_window_first(self):
+        _, recs, _ = self.job("warm", epochs=1, warm_bytes=20 * 1000)
+        warm = [r for r in recs if r["ev"] == "warm"][0]
+        self.assertTrue(warm["mapped"])
+        self.assertEqual(warm["steps"], 4)            # 4 batches x 5 files x 1,000 bytes
+        self.assertEqual(warm["bytes"], 20 * 1000)
+        self.assertEqual(self.window(recs)["steps"], 4)
+        # The warmed items were read from copies in memory, nothing else moved.
+        if warm["method"] == "tmpfs":
+            moved = [i for i, p in enumerate(self.ds.files) if p != self.files[i]]
+            self.assertEqual(len(moved), 20)
+            self.assertTrue(all(self.ds.files[i].startswith("/dev/shm/") for i in moved))
+        else:
+            self.assertEqual(warm["method"], "read")
+        self.timer._clean()
+        self.assertFalse([d for d in os.listdir("/dev/shm") if d.startswith("epochfs-analyze-warm-")])
+
+    def test_workers_cpu_counted(self):
+        _, recs, _ = self.job("as-is", workers=2, warmup=0, epochs=1)
+        w = self.window(recs)
+        self.assertEqual(w["steps"], ITEMS // BATCH)
+        self.assertGreater(w["worker_cpu"], 0.0)
+        start = [r for r in recs if r["ev"] == "start"][0]
+        self.assertEqual(start["workers"], 2)
+        self.assertEqual(start["steps_per_epoch"], ITEMS // BATCH)
+        self.assertEqual(len(start["files"]), min(_timing.SAMPLE_FILES, ITEMS))
+
+    def test_same_batches_as_without(self):
+        torch.manual_seed(3)
+        ds = Files(self.files)
+        plain = [y.tolist() for _ in range(2) for _, y in DataLoader(ds, batch_size=BATCH, shuffle=True)]
+        after_plain = torch.rand(1).item()
+        torch.manual_seed(3)
+        _hook._timer[0] = _timing.Timer(self.out, "as-is", warmup=1, epochs=1, exit_when_done=False)
+        timed = [y.tolist() for _ in range(2) for _, y in DataLoader(ds, batch_size=BATCH, shuffle=True)]
+        self.assertEqual(plain, timed)
+        self.assertEqual(after_plain, torch.rand(1).item())
+
+
+if __name__ == "__main__":
+    unittest.main()
