@@ -16,8 +16,10 @@
  * With orders (order_streams > 0, or anything prefetched since the mount),
  * the MB/s fetched ahead of the readers, the reads served from staging per
  * second, the late ones (the reader got there first), the MB/s of staged
- * bytes freed unread, and the staging in use. The header is printed again
- * when a set of columns appears or goes.
+ * bytes freed unread, the staging in use, and the share of the time the
+ * jobs' DataLoaders waited for data (reported by jobs under epochfs-run,
+ * "#wait" lines in their orders). The header is printed again when a set
+ * of columns appears or goes.
  *
  * Reads the kernel answers from its own page cache never reach the daemon,
  * so they are in none of these numbers (docs/design.md, "Counters").
@@ -102,13 +104,17 @@ static void line(const struct snap *a, const struct snap *b, int json, int cols)
 	double pfb = delta(a, b, "prefetch_bytes"), pfh = delta(a, b, "prefetch_hits");
 	double pfl = delta(a, b, "prefetch_late"), pfw = delta(a, b, "prefetch_wasted_bytes");
 	double staged = get(b, "prefetch_staged_bytes"), streams = get(b, "order_streams");
+	double jw = delta(a, b, "job_wait_us"), jr = delta(a, b, "job_run_us");
+	double wait = jr > 0 ? jw / jr : NAN;
 
 	if (dt <= 0)
 		dt = 1e-9;
 	if (json) {
-		char hs[32] = "null";
+		char hs[32] = "null", ws[32] = "null";
 		if (!isnan(hit))
 			snprintf(hs, sizeof(hs), "%.4f", hit);
+		if (!isnan(wait))
+			snprintf(ws, sizeof(ws), "%.4f", wait);
 		printf("{\"since_mount\": %s, \"seconds\": %.3f, \"read_mb_s\": %.3f, "
 		       "\"reads_per_s\": %.1f, \"hit_ratio\": %s, \"storage_mb_s\": %.3f, "
 		       "\"cache_used_bytes\": %.0f, \"cache_capacity_bytes\": %.0f, "
@@ -118,11 +124,11 @@ static void line(const struct snap *a, const struct snap *b, int json, int cols)
 		       "\"prep_images_per_s\": %.3f, \"prep_cores\": %.3f, \"order_streams\": %.0f, "
 		       "\"prefetch_mb_s\": %.3f, \"prefetch_hits_per_s\": %.1f, "
 		       "\"prefetch_late_per_s\": %.1f, \"prefetch_wasted_mb_s\": %.3f, "
-		       "\"prefetch_staged_bytes\": %.0f}\n",
+		       "\"prefetch_staged_bytes\": %.0f, \"data_wait\": %s}\n",
 		       a ? "false" : "true", dt, rb / 1e6 / dt, rd / dt, hs, sb / 1e6 / dt, used, cap,
 		       get(b, "cache_items"), err, bad, nodes, up, pin / 1e6 / dt, pout / 1e6 / dt, perr,
 		       img / dt, cpu / dt, streams, pfb / 1e6 / dt, pfh / dt, pfl / dt, pfw / 1e6 / dt,
-		       staged);
+		       staged, ws);
 	} else {
 		char hs[16] = "     -", fill[16] = "   off";
 		if (!isnan(hit))
@@ -139,9 +145,13 @@ static void line(const struct snap *a, const struct snap *b, int json, int cols)
 		}
 		if (cols & COL_PREP)
 			printf(" %9.0f %6.2f", img / dt, cpu / dt);
-		if (cols & COL_PREFETCH)
-			printf(" %10.1f %8.0f %6.0f %10.1f %9.1f", pfb / 1e6 / dt, pfh / dt, pfl / dt,
-			       pfw / 1e6 / dt, staged / 1048576.0);
+		if (cols & COL_PREFETCH) {
+			char wt[16] = "     -";
+			if (!isnan(wait))
+				snprintf(wt, sizeof(wt), "%5.1f%%", 100 * wait);
+			printf(" %10.1f %8.0f %6.0f %10.1f %9.1f %6s", pfb / 1e6 / dt, pfh / dt, pfl / dt,
+			       pfw / 1e6 / dt, staged / 1048576.0, wt);
+		}
 		putchar('\n');
 	}
 	fflush(stdout);
@@ -156,7 +166,8 @@ static void header(int cols)
 	if (cols & COL_PREP)
 		printf(" %9s %6s", "prep im/s", "cores");
 	if (cols & COL_PREFETCH)
-		printf(" %10s %8s %6s %10s %9s", "ahead MB/s", "staged/s", "late", "waste MB/s", "stage MiB");
+		printf(" %10s %8s %6s %10s %9s %6s", "ahead MB/s", "staged/s", "late", "waste MB/s", "stage MiB",
+		       "wait");
 	putchar('\n');
 }
 

@@ -86,6 +86,9 @@ int core_samples(struct core *c, struct sample *out, int max)
 	COUNTER("prefetch_resident", "Files not fetched: the kernel caches them above the mount", fs.resident);
 	GAUGE("prefetch_staged_bytes", "Bytes staged now (prefetched, not read yet)", fs.staged_bytes);
 	GAUGE("prefetch_staged_peak_bytes", "The most bytes staged at once", fs.staged_peak);
+	COUNTER("job_wait_us", "Microseconds jobs' DataLoaders waited for data (reported by epochfs-run)",
+		fs.job_wait_us);
+	COUNTER("job_run_us", "Microseconds of the jobs' run those reports cover", fs.job_run_us);
 	GAUGE("manifest_files", "Files the manifest (--manifest) checks", c->man_files);
 	GAUGE("manifest_unverified", "Files the manifest cannot check (not in it, or another size): storage only",
 	      c->man_unverified);

@@ -73,6 +73,7 @@ struct stream {
 	size_t text_len;            /* bytes written to this order */
 	double active;              /* last write or matched read */
 	uint64_t epoch;             /* orders written (a new one each truncate / offset 0) */
+	double wait_s, run_s;       /* the stream's last "#wait" report (cumulative) */
 };
 
 enum { ST_LOADING = 1, ST_READY, ST_DEAD };
@@ -267,7 +268,37 @@ static void stream_end(struct prefetch *pf, struct stream *s)
 	s->cap = 0;
 	s->used = 0;
 	s->epoch = 0;
+	s->wait_s = s->run_s = 0;
 	s->gen++;
+}
+
+/* A job's report "#wait WAIT RUN" (seconds its loader waited for data,
+ * seconds it ran, both since the stream began; epochfs-run writes one a
+ * second): adds what is new since the stream's last report to the mount's
+ * job_wait_us / job_run_us. A report lower than the last starts again
+ * (a new loader on a reused name); anything malformed is ignored. Lock
+ * held. */
+static void take_wait(struct prefetch *pf, struct stream *s, const char *p, size_t len)
+{
+	char buf[64], *end;
+	double w, r;
+
+	if (len >= sizeof(buf))
+		return;
+	memcpy(buf, p, len);
+	buf[len] = '\0';
+	w = strtod(buf, &end);
+	if (end == buf || *end != ' ')
+		return;
+	r = strtod(end + 1, &end);
+	if (*end || !(w >= 0) || !(r >= w) || r > 1e9)
+		return;
+	if (r < s->run_s || w < s->wait_s)
+		s->wait_s = s->run_s = 0;
+	pf->st.job_wait_us += (uint64_t)((w - s->wait_s) * 1e6);
+	pf->st.job_run_us += (uint64_t)((r - s->run_s) * 1e6);
+	s->wait_s = w;
+	s->run_s = r;
 }
 
 /* Appends one line (LEN bytes, no newline) to S's order. 0, -EINVAL (not a
@@ -278,6 +309,10 @@ static int take_line(struct prefetch *pf, struct stream *s, const char *line, si
 
 	while (len && line[len - 1] == '\r')
 		len--;
+	if (len > 6 && !memcmp(line, "#wait ", 6)) {
+		take_wait(pf, s, line + 6, len - 6);
+		return 0;
+	}
 	if (!len || line[0] == '#')
 		return 0;
 	if (line[0] == '/' || memchr(line, '\0', len))
@@ -342,9 +377,10 @@ static int status_text(struct prefetch *pf, struct stream *s, char *buf)
 {
 	(void)pf;
 	return snprintf(buf, STATUS_BYTES,
-			"stream %s\norder %llu: %u files (%llu paths no file has)\nread up to %u, fetched up to %u\n",
+			"stream %s\norder %llu: %u files (%llu paths no file has)\nread up to %u, fetched up to %u\n"
+			"waited for data %.1f s of %.1f s\n",
 			s->name, (unsigned long long)s->epoch, s->n, (unsigned long long)s->unknown,
-			s->head, s->issue);
+			s->head, s->issue, s->wait_s, s->run_s);
 }
 
 int prefetch_getattr(struct prefetch *pf, uint64_t node, struct prefetch_attr *a)

@@ -70,6 +70,8 @@ struct prefetch_stats {
 	uint64_t wasted_bytes;      /* staged bytes freed unread */
 	uint64_t resident;          /* files not fetched: cached above the mount */
 	uint64_t staged_bytes, staged_peak;     /* gauges */
+	uint64_t job_wait_us;       /* jobs' time waiting for data, from their "#wait" lines */
+	uint64_t job_run_us;        /* the time those lines cover */
 };
 
 /* For C's read path: 0 and *OUT, or -ENOMEM. Nothing runs before

@@ -2,7 +2,8 @@
 whose files lie under an epochfs mount tells the mount, at the start of
 each epoch, the order it will read them in. epochfs-analyze arms the same
 hook with a step timer (_timing.Timer): it is told when an iterator starts
-an epoch, is given each epoch's indices, and wraps the iterator's __next__.
+an epoch (and may hand it the epoch's indices, drawn already, through
+_epochfs_preset), and it wraps the iterator's __next__.
 
 How: a DataLoader iterator takes every index of an epoch through
 _BaseDataLoaderIter._next_index, from a fresh iterator of its sampler each
@@ -28,7 +29,9 @@ Datasets mapped: ImageFolder and DatasetFolder (`samples`), anything with
 Subset, ConcatDataset, nested. Samplers: any with a length (RandomSampler,
 SequentialSampler, DistributedSampler with set_epoch, BatchSampler and
 custom ones); one stream per DataLoader, per process (so per DDP rank),
-replaced at every epoch, removed with its DataLoader.
+replaced at every epoch, removed with its DataLoader. Once a second, a
+loader with a stream also reports how long its iterators waited in
+__next__ ("#wait" lines after the order; epochfs-stat's wait column).
 """
 import bisect
 import os
@@ -37,9 +40,13 @@ import sys
 import threading
 import weakref
 
-from ._mounts import mount_of, mounts, publish_order
+import time
+
+from ._mounts import mount_of, mounts, publish_order, report_wait
 
 MAX_ORDER = 16 << 20                # the daemon takes no more paths in all orders
+# How often a loader reports its data wait (seconds; and at each epoch's end).
+WAIT_REPORT_S = float(os.environ.get("EPOCHFS_RUN_REPORT_S", "1.0"))
 _reported = set()
 _lock = threading.Lock()
 _counter = [0]
@@ -207,18 +214,60 @@ def _publish(it, loader, indices):
         _say("outside", "the DataLoader's files are on no epochfs mount: nothing to tell")
         return
     name = _stream_name(loader)
+    meter = _meter_of(loader)
     for mnt, rels in per_mount.items():
         try:
-            publish_order(mnt, name, rels)
+            _, fd = publish_order(mnt, name, rels, keep=True)
         except OSError as e:
             _say("nochannel:" + mnt, "%s takes no orders (%s); the job runs as before" % (mnt, e.strerror))
             continue
+        old = meter["fds"].pop(mnt, None)
+        if old is not None:
+            _close(old)
+        meter["fds"][mnt] = fd
         _end_with(loader, mnt, name)
         if _state["verbose"]:
             sys.stderr.write("epochfs-run: order of %d files written to %s/.epochfs/order/%s\n"
                              % (len(rels), mnt, name))
         else:
             _say("told:" + mnt, "DataLoader orders go to %s (prefetch ahead of the readers)" % mnt)
+
+
+def _close(fd):
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def _meter_of(loader):
+    """The data-wait meter of LOADER: seconds its iterators waited in
+    __next__, since when, and the streams' open descriptors to report to."""
+    m = getattr(loader, "_epochfs_meter", None)
+    if m is None:
+        now = time.perf_counter()
+        m = loader._epochfs_meter = {"wait": 0.0, "start": now, "reported": now, "fds": {}}
+    return m
+
+
+def _measure(it, t0, force=False):
+    """After a step of iterator IT that began at T0: adds its wait to the
+    loader's meter, and once a WAIT_REPORT_S reports it to the mounts."""
+    loader = getattr(it, "_epochfs_loader", None)
+    m = getattr(loader, "_epochfs_meter", None)
+    if m is None or not m["fds"]:
+        return
+    now = time.perf_counter()
+    m["wait"] += now - t0
+    if now - m["reported"] < WAIT_REPORT_S and not force:
+        return
+    m["reported"] = now
+    for mnt, fd in list(m["fds"].items()):
+        try:
+            report_wait(fd, m["wait"], now - m["start"])
+        except OSError:
+            m["fds"].pop(mnt, None)
+            _close(fd)
 
 
 def _end_with(loader, mnt, name):
@@ -230,8 +279,12 @@ def _end_with(loader, mnt, name):
         return
     ends.add(mnt)
     path = os.path.join(mnt, ".epochfs", "order", name)
+    fds = _meter_of(loader)["fds"]
 
-    def end(path=path):
+    def end(path=path, mnt=mnt, fds=fds):
+        fd = fds.pop(mnt, None)
+        if fd is not None:
+            _close(fd)
         try:
             os.unlink(path)
         except OSError:
@@ -251,9 +304,18 @@ def _patch(dataloader_module):
             return orig(self)
         # The first index of an epoch: the sampler draws its randomness
         # now, as it would have; take the rest of the epoch along.
-        first = next(it)                    # StopIteration: an empty epoch, as before
-        indices = [first]
-        indices.extend(it)
+        preset = getattr(self, "_epochfs_preset", None)
+        if preset is not None:
+            # epochfs-analyze's warm run drew this epoch already (before the
+            # workers were forked); it is handed the same indices.
+            self._epochfs_preset = None
+            indices = list(preset)
+            if not indices:
+                raise StopIteration
+        else:
+            first = next(it)                # StopIteration: an empty epoch, as before
+            indices = [first]
+            indices.extend(it)
         self._sampler_iter = self._epochfs_iter = iter(indices)
         loader = self._epochfs_loader
         if _state["publish"]:
@@ -262,9 +324,6 @@ def _patch(dataloader_module):
             except Exception as e:          # never let the hook break training
                 _say("error:%s" % type(e).__name__, "order not told (%s: %s); the job runs as before"
                      % (type(e).__name__, e))
-        timer = _timer[0]
-        if timer is not None:
-            timer.epoch_indices(self, loader, indices)
         return next(self._sampler_iter)
 
     orig_reset = base._reset
@@ -291,9 +350,18 @@ def _patch(dataloader_module):
 
     def __next__(self):
         timer = _timer[0]
-        if timer is None:
+        if timer is not None:
+            return timer.next(self, orig_next)
+        if not _state["publish"]:
             return orig_next(self)
-        return timer.next(self, orig_next)
+        t0 = time.perf_counter()
+        try:
+            batch = orig_next(self)
+        except StopIteration:
+            _measure(self, t0, force=True)      # an epoch's end is always reported
+            raise
+        _measure(self, t0)
+        return batch
 
     _next_index._epochfs = True
     base._next_index = _next_index

@@ -49,13 +49,16 @@ def mount_of(path, known=None):
     return None
 
 
-def publish_order(mount, stream, paths):
+def publish_order(mount, stream, paths, keep=False):
     """Writes the order PATHS (relative to MOUNT, one a line) as STREAM.
-    Returns how many were written; raises OSError if the mount takes no
-    orders (an old daemon, or --no-order)."""
+    Returns how many were written, or with KEEP (n, fd): the stream left
+    open after the order, for report lines ("#wait WAIT RUN", see
+    report_wait). Raises OSError if the mount takes no orders (an old
+    daemon, or --no-order)."""
     d = os.path.join(mount, ".epochfs", "order")
     fd = os.open(os.path.join(d, stream), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     n = 0
+    done = False
     try:
         buf = []
         size = 0
@@ -70,9 +73,19 @@ def publish_order(mount, stream, paths):
                 buf, size = [], 0
         if buf:
             _write_all(fd, ("\n".join(buf) + "\n").encode("utf-8", "surrogateescape"))
+        done = True
     finally:
-        os.close(fd)
-    return n
+        if not (keep and done):
+            os.close(fd)
+    return (n, fd) if keep else n
+
+
+def report_wait(fd, wait_s, run_s):
+    """Tells the stream open on FD that its job waited WAIT_S seconds for
+    data in RUN_S seconds of running (both since the stream began): the
+    daemon sums them into job_wait_us / job_run_us, epochfs-stat's wait
+    column. Written after the order, so it never starts a new one."""
+    _write_all(fd, ("#wait %.3f %.3f\n" % (wait_s, max(run_s, wait_s))).encode())
 
 
 def _write_all(fd, data):

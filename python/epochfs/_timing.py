@@ -43,7 +43,7 @@ import weakref
 
 from . import _hook
 
-SAMPLE_FILES = 64           # files named in "start", for the storage probe
+SAMPLE_FILES = 512          # files named in "start", for the storage probe (>= 4 s of a slow disk)
 
 
 def _cpu_of(pid):
@@ -102,6 +102,63 @@ def _read_all(paths, threads=4):
     for t in ts:
         t.join()
     return done[0]
+
+
+def _read_int(path):
+    with open(path) as f:
+        v = f.read().strip()
+    return None if v == "max" else int(v)
+
+
+def _stat_of(path, key):
+    try:
+        with open(path) as f:
+            for line in f:
+                k, _, v = line.partition(" ")
+                if k == key:
+                    return int(v)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def mem_room():
+    """Bytes this process's memory cgroup (v1 or v2), or else the machine,
+    could still give: its limit less its usage, the inactive file pages
+    counted as free (the kernel drops them first)."""
+    room = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    room = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = [line.strip().split(":", 2) for line in f]
+    except OSError:
+        lines = []
+    for parts in lines:
+        if len(parts) != 3:
+            continue
+        try:
+            if "memory" in parts[1].split(","):
+                d = "/sys/fs/cgroup/memory" + parts[2]
+                lim, use = _read_int(d + "/memory.limit_in_bytes"), _read_int(d + "/memory.usage_in_bytes")
+                inactive = _stat_of(d + "/memory.stat", "total_inactive_file")
+            elif parts[0] == "0" and parts[1] == "":
+                d = "/sys/fs/cgroup" + parts[2]
+                lim, use = _read_int(d + "/memory.max"), _read_int(d + "/memory.current")
+                inactive = _stat_of(d + "/memory.stat", "inactive_file")
+            else:
+                continue
+        except (OSError, ValueError):
+            continue
+        if lim is not None and lim < 1 << 60 and use is not None:
+            free = max(0, lim - use + inactive)
+            room = free if room is None else min(room, free)
+    return room if room is not None else 1 << 30
 
 
 def _batch_items(batch):
@@ -262,17 +319,29 @@ class Timer:
             self._begin_window(it)
         if self.win is not None and not self.finished:
             self.cur["measured"] = True
+            if self.mode == "warm" and not self.win.get("warmed"):
+                self._warm(it, loader)
 
-    def epoch_indices(self, it, loader, indices):
-        if self.mode != "warm" or self.win is None or self.loader() is not loader or self.win.get("warmed"):
-            return
+    def _warm(self, it, loader):
+        """warm mode, at the measured epoch's start, before the loader's
+        workers are forked (they take the dataset as it is then): draws the
+        epoch's indices from the sampler (the loader is handed the same
+        list, through the hook), puts the window's files in memory and
+        points the dataset at them."""
         self.win["warmed"] = True
         t0 = time.perf_counter()
         resolve = _hook._resolver(loader.dataset)
-        if resolve is None:
+        try:
+            indices = list(iter(loader._index_sampler))
+        except Exception:
+            indices = None
+        if resolve is None or indices is None:
             self._write({"ev": "warm", "mapped": False, "files": 0, "bytes": 0, "steps": 0, "seconds": 0.0})
             return
-        budget = self.warm_bytes or (1 << 62)
+        it._epochfs_preset = indices
+        # The copies are memory the job's cgroup pays for and cannot
+        # reclaim: at most a quarter of what is free now (before the workers).
+        budget = min(self.warm_bytes or (1 << 62), int(mem_room() * 0.25))
         want = self.steps or len(indices)
         items, size, steps = [], 0, 0
         for b in indices[:want]:

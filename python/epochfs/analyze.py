@@ -15,6 +15,9 @@ options:
   --epochs N         whole epochs measured per run (default 1)
   --steps N          measure N steps instead of whole epochs
   --warmup N         epochs the as-is run lets pass first (default 1)
+  --warm-mb N        at most N MiB of the job's files copied to memory for
+                     the warm run (default 256; never over a quarter of the
+                     memory free when the job starts)
   --runs LIST        which runs, of as-is,warm,compute (default all three)
   --order            the as-is run tells the mount its order (as epochfs-run)
   --what-if K=V,...  a scenario to predict (repeatable); keys: cache (% of
@@ -41,7 +44,8 @@ import time
 
 import epochfs
 from . import _mounts
-from ._model import Profile, lru_hit
+from ._model import Profile
+from ._timing import mem_room
 
 MODES = ("as-is", "warm", "compute")
 WHAT_IF_KEYS = ("cache", "workers", "cores", "storage", "nodes", "jobs", "prefetch")
@@ -100,7 +104,7 @@ def parse_what_if(text):
 
 
 def parse_args(argv):
-    o = {"epochs": 1, "steps": 0, "warmup": 1, "runs": list(MODES), "order": False, "what_if": [],
+    o = {"epochs": 1, "steps": 0, "warmup": 1, "warm_mb": 256, "runs": list(MODES), "order": False, "what_if": [],
          "storage_bps": None, "source": None, "json": None, "plot": None, "quiet": False}
     argv = list(argv)
     pos = []
@@ -118,7 +122,7 @@ def parse_args(argv):
             o["order"] = True
         elif a.startswith("-"):
             name, eq, val = a.partition("=")
-            if name not in ("--epochs", "--steps", "--warmup", "--runs", "--what-if", "--storage-mbps",
+            if name not in ("--epochs", "--steps", "--warmup", "--warm-mb", "--runs", "--what-if", "--storage-mbps",
                             "--source", "--json", "--plot"):
                 raise UsageError("unknown option %s (see --help)" % a)
             if not eq:
@@ -126,11 +130,11 @@ def parse_args(argv):
                     raise UsageError("%s needs a value" % name)
                 val = argv.pop(0)
             try:
-                if name in ("--epochs", "--steps", "--warmup"):
+                if name in ("--epochs", "--steps", "--warmup", "--warm-mb"):
                     n = int(val)
-                    if n < (1 if name == "--epochs" else 0):
+                    if n < (1 if name in ("--epochs", "--warm-mb") else 0):
                         raise ValueError
-                    o[name[2:]] = n
+                    o[name[2:].replace("-", "_")] = n
                 elif name == "--storage-mbps":
                     o["storage_bps"] = float(val) * 1e6
                     if o["storage_bps"] <= 0:
@@ -175,31 +179,6 @@ def read_records(path):
     return recs
 
 
-def mem_room():
-    """Bytes this process's memory cgroup (or the machine) has free."""
-    room = None
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    room = int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        with open("/proc/self/cgroup") as f:
-            for line in f:
-                parts = line.strip().split(":", 2)
-                if len(parts) == 3 and "memory" in parts[1].split(","):
-                    d = "/sys/fs/cgroup/memory" + parts[2]
-                    lim = int(open(d + "/memory.limit_in_bytes").read())
-                    use = int(open(d + "/memory.usage_in_bytes").read())
-                    if lim < 1 << 60:
-                        room = min(room or lim, max(0, lim - use))
-    except (OSError, ValueError):
-        pass
-    return room or (1 << 30)
-
-
 def run_mode(opts, mode, mount, env0, say):
     fd, out = tempfile.mkstemp(prefix="epochfs-analyze-", suffix=".jsonl")
     os.close(fd)
@@ -207,7 +186,7 @@ def run_mode(opts, mode, mount, env0, say):
     env.update({"EPOCHFS_ANALYZE_OUT": out, "EPOCHFS_ANALYZE_MODE": mode,
                 "EPOCHFS_ANALYZE_WARMUP": str(opts["warmup"] if mode == "as-is" else 0),
                 "EPOCHFS_ANALYZE_EPOCHS": str(opts["epochs"]), "EPOCHFS_ANALYZE_STEPS": str(opts["steps"]),
-                "EPOCHFS_ANALYZE_WARM_BYTES": str(int(mem_room() * 0.4))})
+                "EPOCHFS_ANALYZE_WARM_BYTES": str(opts["warm_mb"] << 20)})
     if mount:
         env["EPOCHFS_ANALYZE_MOUNT"] = mount
     if mode == "as-is" and opts["order"]:

@@ -17,9 +17,9 @@ orders = []
 real = hook.publish_order
 
 
-def record(mount, stream, paths):
+def record(mount, stream, paths, **kw):
     orders.append(list(paths))
-    return real(mount, stream, paths)
+    return real(mount, stream, paths, **kw)
 
 
 hook.publish_order = record

@@ -67,6 +67,29 @@ assert os.listdir(O) == []
 PY
 ok "malformed lines refused (EINVAL, earlier lines kept), bad names refused, a 65th stream ENOSPC"
 
+# ---- "#wait" reports: summed into job_wait_us / job_run_us ----
+w0=$(stat_of "$T/m" job_wait_us); r0=$(stat_of "$T/m" job_run_us)
+python3 - "$O" <<'PY' || fail "#wait reports"
+import os, sys
+O = sys.argv[1]
+first = sorted(os.listdir(os.path.join(O, "../..", "class_0000")))[0]
+fd = os.open(os.path.join(O, "job"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+os.write(fd, ("class_0000/%s\n" % first).encode())
+for line in (b"#wait 1.5 4.0\n", b"#wait x y\n", b"#wait 5 1\n", b"#wait 2.0 6.0\n", b"#wait -1 2\n",
+             b"#wait 1e99 1e99\n", b"#wait 2.0 6.0 junk\n"):
+    os.write(fd, line)
+os.close(fd)
+st = open(os.path.join(O, "job")).read()
+assert "1 files" in st and "waited for data 2.0 s of 6.0 s" in st, st
+fd = os.open(os.path.join(O, "job"), os.O_WRONLY | os.O_TRUNC)     # a new order: reports go on
+os.write(fd, ("class_0000/%s\n#wait 0.5 1.0\n" % first).encode())   # lower: a new loader
+os.close(fd)
+os.unlink(os.path.join(O, "job"))
+PY
+[ $(($(stat_of "$T/m" job_wait_us) - w0)) = 2500000 ] && [ $(($(stat_of "$T/m" job_run_us) - r0)) = 7000000 ] ||
+	fail "job_wait_us/job_run_us: $(stat_of "$T/m" job_wait_us)/$(stat_of "$T/m" job_run_us)"
+ok "#wait reports summed (malformed and impossible ones ignored), shown in the stream's status"
+
 # ---- a huge order: a million lines, memory bounded ----
 rss() { awk '/VmRSS/ {print $2 * 1024}' "/proc/$EP_PID/status"; }
 r0=$(rss)

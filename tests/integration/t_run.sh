@@ -27,6 +27,9 @@ echo 3 > /proc/sys/vm/drop_caches      # what the RAM cache lacks is now read fr
 EPOCHFS_PYTHON=$PY "$RUN" -- $PY "$(dirname "$0")/run_job.py" "$T/m" > "$T/hooked" 2> "$T/hooked.err" ||
 	fail "job under epochfs-run: $(cat "$T/hooked.err")"
 cmp -s "$T/plain" "$T/hooked" || fail "training changed under epochfs-run"
+# Each epoch's end reports the loader's data wait (EPOCHFS_RUN_REPORT_S: and every step).
+jr=$(stat_of "$T/m" job_run_us); jw=$(stat_of "$T/m" job_wait_us)
+[ "$jr" -gt 0 ] && [ "$jw" -gt 0 ] && [ "$jw" -le "$jr" ] || fail "data wait reports: $jw of $jr us"
 # 2 epochs x 120 + (60 + 40) + 2 epochs x 60 (rank 1 of 2)
 [ "$(stat_of "$T/m" order_paths)" = 460 ] || fail "order_paths $(stat_of "$T/m" order_paths), expected 460"
 [ "$(grep -c "Numbers: cannot map" "$T/hooked.err")" = 1 ] || fail "the unmappable dataset: $(cat "$T/hooked.err")"

@@ -39,7 +39,8 @@ if torch is not None:
                 f.read()
             time.sleep(PREP)
             self.took.append(time.perf_counter() - t0)
-            return torch.zeros(4), i
+            # 1s where the item was read from a copy in memory (warm run)
+            return torch.full((4,), float(self.files[i].startswith("/dev/shm/"))), i
 
 
 @unittest.skipIf(torch is None, "torch is not installed")
@@ -69,9 +70,11 @@ class Timing(unittest.TestCase):
         ds = self.ds = Files(list(self.files))
         loader = DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=workers)
         seen = []
+        self.flags = []
         for _ in range(run_epochs):
             for x, y in loader:
                 seen.extend(y.tolist())
+                self.flags.append(float(x.min()))
                 time.sleep(COMPUTE)
         _hook._timer[0] = None
         with open(self.out) as f:
@@ -132,6 +135,15 @@ class Timing(unittest.TestCase):
             self.assertEqual(warm["method"], "read")
         self.timer._clean()
         self.assertFalse([d for d in os.listdir("/dev/shm") if d.startswith("epochfs-analyze-warm-")])
+
+    def test_warm_reaches_the_workers(self):
+        # The copies are made before the workers are forked: they read them.
+        _, recs, seen = self.job("warm", workers=2, run_epochs=1, warm_bytes=20 * 1000)
+        warm = [r for r in recs if r["ev"] == "warm"][0]
+        if warm["method"] != "tmpfs":
+            self.skipTest("no /dev/shm here")
+        self.assertEqual(self.flags[:4], [1.0] * 4)
+        self.assertEqual(sorted(seen), list(range(ITEMS)))
 
     def test_workers_cpu_counted(self):
         _, recs, _ = self.job("as-is", workers=2, warmup=0, epochs=1)

@@ -29,9 +29,13 @@
 # then three DDP-style ranks on three peer nodes against the same from RAM
 # (tools/bench/stalls_peers.sh).
 #
-# Environment: BENCH_PARTS ("1 2 3 4 5 6 7"), BENCH_FILES (12000), BENCH_EPOCHS (5),
+# Part 8, epochfs-analyze's predictions (tools/bench/whatif.sh): one
+# analyze run of part 7's job predicts epochs at other cache sizes, worker
+# counts and disk speeds, which are then measured.
+#
+# Environment: BENCH_PARTS ("1 2 3 4 5 6 7 8"), BENCH_FILES (12000), BENCH_EPOCHS (5),
 # BENCH_SCAN_FILES (1000000; 0 skips part 2), BENCH_DIR (build/bench-data);
-# parts 3 to 7 take THRASH_*, CHUNK_*, PREPB_*, PEERB_* and STALL_* (see their scripts).
+# parts 3 to 8 take THRASH_*, CHUNK_*, PREPB_*, PEERB_*, STALL_* and WHATIF_* (see their scripts).
 set -eu
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -39,7 +43,7 @@ FILES=${BENCH_FILES:-12000}
 EPOCHS=${BENCH_EPOCHS:-5}
 SCAN_FILES=${BENCH_SCAN_FILES:-1000000}
 DATA=${BENCH_DIR:-build/bench-data}
-PARTS=${BENCH_PARTS:-1 2 3 4 5 6 7}
+PARTS=${BENCH_PARTS:-1 2 3 4 5 6 7 8}
 part() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 W=$(mktemp -d /tmp/epochfs-bench.XXXXXX)
 PIDS=""
@@ -178,4 +182,8 @@ fi
 if part 7; then
 	BUILD=$BUILD bash tools/bench/stalls.sh
 	BUILD=$BUILD bash tools/bench/stalls_peers.sh
+fi
+
+if part 8; then
+	BUILD=$BUILD bash tools/bench/whatif.sh
 fi

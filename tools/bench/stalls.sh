@@ -39,7 +39,9 @@
 # per epoch (cpuacct), where a CPU tax shows through the wall clock's noise.
 # STALL_LIMIT_MB (a fixed memory limit instead of the measured one),
 # STALL_ANALYZE_KEEP (a path prefix: keep the analyze configuration's JSON
-# reports there), STALL_TRACE (a file: every 0.25 s, the device bytes and the mount's
+# reports there), STALL_ANALYZE_ARGS (more epochfs-analyze options, e.g.
+# --what-if), STALL_CACHE_PCT (the cache, and the memory beside the
+# pipeline, in % of D instead of 50), STALL_TRACE (a file: every 0.25 s, the device bytes and the mount's
 # counters, to see when the disk idles).
 set -eu
 cd "$(dirname "$0")/../.."
@@ -89,7 +91,8 @@ if [ ! -f "$DATA/.files-$FILES" ]; then
 fi
 SRC=$(realpath "$DATA")
 D=$(find "$SRC" -type f -name '*.jpg' -printf '%s\n' | awk '{s+=$1} END {print s}')
-HALF=$((D / 2))
+CPCT=${STALL_CACHE_PCT:-50}
+CACHE_B=$((D * CPCT / 100))   # the cache (and the memory beside the pipeline): D/2 by default
 dev=$(stat -c '%d' "$SRC")
 DEVNO="$((dev >> 8)):$((dev & 255))"
 [ -e "/sys/dev/block/$DEVNO/partition" ] && DEVNO=$(cat "/sys/dev/block/$DEVNO/../dev")
@@ -181,14 +184,14 @@ for workers in $WORKERSS; do
 		PIPE=$((PIPE << 20))
 	fi
 	SLACK=$((${STALL_SLACK_MB:-48} << 20))
-	LIM=$((PIPE + HALF + SLACK))
+	LIM=$((PIPE + CACHE_B + SLACK))
 	if [ -n "${STALL_LIMIT_MB:-}" ]; then
 		# The measured peak moves by 100+ MiB from run to run, and the
 		# limit with it; a fixed one makes runs comparable.
 		LIM=$((STALL_LIMIT_MB << 20))
 		echo "workers $workers: the pipeline's memory $((PIPE >> 20)) MiB; memory limit fixed at $((LIM >> 20)) MiB (STALL_LIMIT_MB)"
 	else
-		echo "workers $workers: the pipeline's memory $((PIPE >> 20)) MiB; memory limit = that + D/2 + $((SLACK >> 20)) MiB = $((LIM >> 20)) MiB"
+		echo "workers $workers: the pipeline's memory $((PIPE >> 20)) MiB; memory limit = that + $CPCT% of D + $((SLACK >> 20)) MiB = $((LIM >> 20)) MiB"
 	fi
 	first=1
 	for bps in $BPSS; do
@@ -213,12 +216,12 @@ for workers in $WORKERSS; do
 					# shellcheck disable=SC2086
 					mount_ep $STALL_RUN_ARGS
 				elif [ "$cfg" = run ]; then
-					mount_ep --cache-size $((HALF - PF)) --prefetch-mem "$PF"
+					mount_ep --cache-size $((CACHE_B - PF)) --prefetch-mem "$PF"
 				elif [ -n "${STALL_EPOCHFS_ARGS:-}" ]; then
 					# shellcheck disable=SC2086
 					mount_ep $STALL_EPOCHFS_ARGS
 				else
-					mount_ep --cache-size "$HALF"
+					mount_ep --cache-size "$CACHE_B"
 				fi
 				job "$cfg@$tag" "$W/mnt" "$workers" "$cfg"
 				[ "$cfg" = run ] && grep -h "prefetch\|order" <(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print(" ".join("%s=%s" % (k, v) for k, v in s.items() if k.startswith(("prefetch", "order"))))' "$W/mnt/.epochfs/stats.json") >> "$W/prefetch.txt" || true
@@ -228,9 +231,10 @@ for workers in $WORKERSS; do
 				# epochfs-analyze on the epochfs configuration: its breakdown
 				# against the epochs measured directly (ram, epochfs).
 				drop
-				mount_ep --cache-size "$HALF"
+				mount_ep --cache-size "$CACHE_B"
 				an="$W/analyze-${tag//\//-}-$run"
-				EPOCHFS_PYTHON=$PY in_cg "$BUILD/epochfs-analyze" -q --json "$an.json" \
+				# shellcheck disable=SC2086
+				EPOCHFS_PYTHON=$PY in_cg "$BUILD/epochfs-analyze" -q --json "$an.json" ${STALL_ANALYZE_ARGS:-} \
 					"$W/mnt" -- $PY tools/bench/tv_train.py "$W/mnt" --workers "$workers" \
 					--epochs "$EPOCHS" > "$an.txt" 2>&1 ||
 					echo "stalls: epochfs-analyze failed: $(tail -3 "$an.txt")" >&2
@@ -242,10 +246,10 @@ for workers in $WORKERSS; do
 			if [ "$workers" = "${WORKERSS%% *}" ] && case " $CONFIGS " in *" reader "*) true ;; *) false ;; esac; then
 				# Memory for D/2 and the reader's own ~100 MiB: no room
 				# beside the cache for the kernel to keep the dataset.
-				limit $((HALF + (96 << 20)))
+				limit $((CACHE_B + (96 << 20)))
 				for mode in reader order; do
 					drop
-					mount_ep --cache-size $((HALF - PF)) --prefetch-mem "$PF"
+					mount_ep --cache-size $((CACHE_B - PF)) --prefetch-mem "$PF"
 					nm=reader; [ "$mode" = order ] && nm=reader+order
 					job "$nm@$((bps >> 20))MBps/w1" "$W/mnt" 1 "$mode"
 					umount_ep
