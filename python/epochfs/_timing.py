@@ -13,12 +13,13 @@ bounded window, after which the timer writes its records, stops the
 loader's workers and ends the process with status 0:
   as-is    the job as it is: WARMUP epochs pass unmeasured (the caches
            fill), then EPOCHS whole epochs or STEPS steps are measured;
-  warm     before the epoch starts, the files of the measured steps are
-           copied to a tmpfs directory and the dataset pointed at the
-           copies (or, for a dataset that cannot be pointed, read once
-           into the page cache), so the steps find them in memory with no
-           fetch: what is left of a step is compute and preparation. Only
-           as many steps as fit WARM_BYTES are warmed and measured;
+  warm     before the epoch starts, up to WARM_FILES of the window's files
+           (and WARM_BYTES) are copied to a tmpfs directory and every item
+           of the window pointed at one of the copies, so the steps
+           prepare real files with nothing to fetch: what is left of a
+           step is compute and preparation (a dataset that cannot be
+           pointed gets those files read into the page cache, and only
+           their steps measured);
   compute  the first REPLAY batches are taken from the loader, unmeasured;
            then every step is handed one of them again, so nothing is
            fetched or prepared: what is left is compute (DS-Analyzer's
@@ -44,6 +45,7 @@ import weakref
 from . import _hook
 
 SAMPLE_FILES = 512          # files named in "start", for the storage probe (>= 4 s of a slow disk)
+WARM_FILES = 256            # files the warm run copies to memory, at most
 
 
 def _cpu_of(pid):
@@ -124,8 +126,8 @@ def _stat_of(path, key):
 
 def mem_room():
     """Bytes this process's memory cgroup (v1 or v2), or else the machine,
-    could still give: its limit less its usage, the inactive file pages
-    counted as free (the kernel drops them first)."""
+    could still give: its limit less its usage, with the file pages no
+    process maps counted as free (the kernel drops them first)."""
     room = None
     try:
         with open("/proc/meminfo") as f:
@@ -146,17 +148,20 @@ def mem_room():
             if "memory" in parts[1].split(","):
                 d = "/sys/fs/cgroup/memory" + parts[2]
                 lim, use = _read_int(d + "/memory.limit_in_bytes"), _read_int(d + "/memory.usage_in_bytes")
-                inactive = _stat_of(d + "/memory.stat", "total_inactive_file")
+                st = d + "/memory.stat"
+                inactive = (_stat_of(st, "total_inactive_file") + _stat_of(st, "total_active_file")
+                            - _stat_of(st, "total_mapped_file"))
             elif parts[0] == "0" and parts[1] == "":
                 d = "/sys/fs/cgroup" + parts[2]
                 lim, use = _read_int(d + "/memory.max"), _read_int(d + "/memory.current")
-                inactive = _stat_of(d + "/memory.stat", "inactive_file")
+                st = d + "/memory.stat"
+                inactive = _stat_of(st, "inactive_file") + _stat_of(st, "active_file") - _stat_of(st, "file_mapped")
             else:
                 continue
         except (OSError, ValueError):
             continue
         if lim is not None and lim < 1 << 60 and use is not None:
-            free = max(0, lim - use + inactive)
+            free = max(0, lim - use + max(0, inactive))
             room = free if room is None else min(room, free)
     return room if room is not None else 1 << 30
 
@@ -326,8 +331,13 @@ class Timer:
         """warm mode, at the measured epoch's start, before the loader's
         workers are forked (they take the dataset as it is then): draws the
         epoch's indices from the sampler (the loader is handed the same
-        list, through the hook), puts the window's files in memory and
-        points the dataset at them."""
+        list, through the hook), copies a sample of the window's files to
+        memory, and points every item of the window at one of the copies
+        (its label and transforms unchanged). The steps then prepare real
+        files of the dataset's mix with nothing to fetch, for a whole epoch
+        in little memory. A dataset that cannot be pointed elsewhere has the
+        window's first files read into the page cache instead, and only
+        those steps measured."""
         self.win["warmed"] = True
         t0 = time.perf_counter()
         resolve = _hook._resolver(loader.dataset)
@@ -343,35 +353,43 @@ class Timer:
         # reclaim: at most a quarter of what is free now (before the workers).
         budget = min(self.warm_bytes or (1 << 62), int(mem_room() * 0.25))
         want = self.steps or len(indices)
-        items, size, steps = [], 0, 0
+        window, sample, size, steps = [], [], 0, 0
         for b in indices[:want]:
             group = b if isinstance(b, (list, tuple)) else [b]
             got = [(int(i), resolve(int(i))) for i in group]
             got = [(i, p) for i, p in got if p is not None]
-            s = sum(_file_size(p) for _, p in got)
-            if steps and size + s > budget:
-                break
-            items.extend(got)
-            size += s
+            window.extend(got)
+            for i, p in got:
+                s = _file_size(p)
+                if len(sample) < WARM_FILES and (not sample or size + s <= budget):
+                    sample.append((i, p))
+                    size += s
             steps += 1
-        method, nbytes = self._to_memory(loader.dataset, items)
+        method, nbytes, copies = self._to_memory(loader.dataset, sample, window)
+        if method == "read":            # only the files read are warm: only their steps count
+            steps, n = 0, 0
+            for b in indices[:want]:
+                n += len(b) if isinstance(b, (list, tuple)) else 1
+                if n > len(sample):
+                    break
+                steps += 1
+            steps = max(1, steps)
         self.step_limit = steps
         dt = time.perf_counter() - t0
         # The warming is not the job's: the epoch and the window start after it.
         self.cur["t0"] += dt
         self.win["t0"] += dt
-        self._write({"ev": "warm", "mapped": True, "files": len(items), "bytes": nbytes, "steps": steps,
-                     "seconds": dt, "of_steps": len(indices), "method": method})
+        self._write({"ev": "warm", "mapped": True, "files": copies, "bytes": nbytes, "steps": steps,
+                     "items": len(window), "seconds": dt, "of_steps": len(indices), "method": method})
 
-    def _to_memory(self, dataset, items):
-        """Puts the files of ITEMS ((index, path) pairs) where the job will
-        read them from memory: copies in a tmpfs directory that the dataset
-        is pointed at ("tmpfs": the job then reads no mount and no disk,
-        as with the data in RAM), or, where that cannot be done, the files
-        read once into the page cache ("read"). Returns (method, bytes)."""
+    def _to_memory(self, dataset, sample, window):
+        """Copies the files of SAMPLE ((index, path) pairs) to a tmpfs
+        directory and points every item of WINDOW at one of the copies in
+        turn ("tmpfs"); where that cannot be done, reads SAMPLE's files
+        into the page cache ("read"). Returns (method, bytes, files)."""
         setter = _setter(dataset)
         base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-        if setter is not None and base is not None:
+        if setter is not None and base is not None and sample:
             import shutil
             import tempfile
             d = tempfile.mkdtemp(prefix="epochfs-analyze-warm-", dir=base)
@@ -379,17 +397,17 @@ class Timer:
             done = 0
             try:
                 copies = []
-                for k, (i, p) in enumerate(items):
+                for k, (_, p) in enumerate(sample):
                     q = os.path.join(d, "%08d%s" % (k, os.path.splitext(p)[1]))
                     shutil.copyfile(p, q)
                     done += _file_size(q)
-                    copies.append((i, q))
-                for i, q in copies:
-                    setter(i, q)
-                return "tmpfs", done
+                    copies.append(q)
+                for j, (i, _) in enumerate(window):
+                    setter(i, copies[j % len(copies)])
+                return "tmpfs", done, len(copies)
             except OSError:
                 shutil.rmtree(d, ignore_errors=True)
-        return "read", _read_all([p for _, p in items])
+        return "read", _read_all([p for _, p in sample]), len(sample)
 
     def next(self, it, orig):
         cur = self.cur
@@ -440,6 +458,10 @@ class Timer:
         cur["items"] += n if n is not None else (getattr(self.loader(), "batch_size", None) or 1)
         if self.win is not None and cur["measured"]:
             self.win["steps"] += 1
+            if self.win["steps"] == self.win["skip"]:
+                # The first batches come out of the workers together, one
+                # each: past them, the loader runs at its steady rate.
+                self.win["steady_t0"] = t1
             if self.step_limit and self.win["steps"] >= self.step_limit:
                 self._finish(it, t1, complete=True)
         return batch
@@ -459,8 +481,10 @@ class Timer:
 
     def _begin_window(self, it):
         self.step_limit = self.steps
+        loader = self.loader()
         self.win = {"t0": self.cur["t0"], "steps": 0, "epochs": [], "cpu0": self._cpu_now(it),
-                    "stats0": _mount_stats(self.mount)}
+                    "stats0": _mount_stats(self.mount),
+                    "skip": max(1, getattr(loader, "num_workers", 0) or 0)}
         self.win["daemon_cpu0"] = self._daemon_cpu(self.win["stats0"])
 
     def _restart_window(self, t):
@@ -470,6 +494,8 @@ class Timer:
         self.cur["steps"] = self.cur["items"] = 0
         self.cur["startup"] = 0.0
         self.win["t0"] = t
+        self.win["skip"] = 0                # replayed steps have no start-up
+        self.win["steady_t0"] = t
         if not self.step_limit:
             self.step_limit = max(1, (len(self.cur["it"]()) if self.cur["it"]() is not None else 1)
                                   - self.replay_keep) * max(1, self.epochs)
@@ -516,6 +542,9 @@ class Timer:
             steps += cur["steps"]
             items += cur["items"]
         secs = now - win["t0"]
+        st0 = win.get("steady_t0")
+        steady = {"steady_seconds": now - st0, "steady_steps": steps - win["skip"],
+                  "startup_seconds": st0 - win["t0"]} if st0 is not None and steps > win["skip"] else {}
         self._write({"ev": "window", "mode": self.mode, "complete": complete, "seconds": secs,
                      "wait": wait, "compute": secs - wait, "steps": steps, "items": items,
                      "epochs_complete": len(eps), "worker_cpu": worker_cpu,
@@ -523,7 +552,8 @@ class Timer:
                      "main_cpu": cpu1["self"] - cpu0["self"],
                      "daemon_cpu": (d1 - win["daemon_cpu0"]) if d1 is not None and
                      win["daemon_cpu0"] is not None else None,
-                     "stats_before": win["stats0"], "stats_after": stats1})
+                     "stats_before": win["stats0"], "stats_after": stats1, "skip": win["skip"],
+                     **steady})
         if self.exit_when_done:
             self._exit(it)
 

@@ -295,10 +295,12 @@ def per_epoch(win, steps_per_epoch):
     if win.get("epochs_complete") and win["steps"] % max(1, steps_per_epoch) == 0:
         return win["seconds"] / win["epochs_complete"]
     # A window of steps: the epoch's start-up (workers starting, the first
-    # batch) once, the steps after it scaled to the epoch's.
-    per_step = win["seconds"] / win["steps"]
-    extra = max(0.0, min(win.get("startup") or 0.0, win["seconds"]) - per_step)
-    return extra + (win["seconds"] - extra) / win["steps"] * steps_per_epoch
+    # batch from each) once, the steady steps after it scaled to the rest.
+    if win.get("steady_steps", 0) >= 2:
+        skip = win.get("skip", 0)
+        return win["startup_seconds"] + win["steady_seconds"] / win["steady_steps"] * max(
+            0, steps_per_epoch - skip)
+    return None                     # too few steps past the start-up to tell a rate
 
 
 def counter_delta(win, name):
@@ -409,6 +411,19 @@ def analyze(opts, results, storage_bps, mount_stats):
                     "uncalibrated_as_is_seconds": raw_asis,
                     "as_is_seconds": prof.epoch_seconds(),
                     "warm_seconds": prof.scenario(cache_frac=1.0, cache_kind="minio").epoch_seconds()}
+    if T_w is None and T_a is not None and compute_s is not None:
+        # No warm rate measured (too few steps fit in memory): the split
+        # comes from the model's epoch with every item a hit.
+        t_w = prof.scenario(cache_frac=1.0, cache_kind="minio", nodes=1).epoch_seconds()
+        rep["prep_stall_seconds"] = max(0.0, min(t_w, T_a) - compute_s)
+        rep["fetch_stall_seconds"] = max(0.0, T_a - t_w)
+        rep["split_from"] = "model"
+        rep.setdefault("notes", []).append(
+            "the warm run measured %d steps past the start-up, too few for a rate (memory for the copies: "
+            "--warm-mb, or free memory); prep and fetch stall are split by the model"
+            % ((warm or {}).get("steady_steps") or 0))
+    else:
+        rep["split_from"] = "runs"
     rep["what_if"] = what_ifs(prof, opts.get("what_if", []), data_bytes)
     rep["advice"] = advice(prof, epoch or prof.epoch_seconds(), C, W)
     return rep
@@ -523,6 +538,8 @@ def text_report(rep):
                              if k not in ("predicted_epoch_seconds", "bottleneck", "requested"))
             L.append("what if %s: %.2f s per epoch (bound: %s)" % (keys, w["predicted_epoch_seconds"],
                                                                    w["bottleneck"]))
+    for n in rep.get("notes", []):
+        L.append("note: %s" % n)
     if rep.get("failed"):
         L.append("note: %s" % rep["failed"])
         for e in rep.get("epochs_seen", []):

@@ -134,7 +134,7 @@ class Report(unittest.TestCase):
         def win(seconds, wait, worker_cpu, main_cpu=0.0):
             return {"ev": "window", "seconds": seconds, "wait": wait, "compute": seconds - wait,
                     "steps": 100, "items": 1000, "worker_cpu": worker_cpu, "main_cpu": main_cpu,
-                    "daemon_cpu": None, "complete": True}
+                    "daemon_cpu": None, "complete": True, "epochs_complete": 1}
         return {"as-is": (0, [start, win(8.0, 7.5, 10.0)]), "warm": (0, [start, win(5.5, 5.0, 10.0)]),
                 "compute": (0, [start, win(0.5, 0.01, 0.0, 0.4)])}
 
@@ -152,6 +152,17 @@ class Report(unittest.TestCase):
         self.assertIn("predicted_epoch_seconds", asked[0])
         self.assertTrue(any("workers" in w for w in rep["what_if"]))
         self.assertIn("most help", analyze.text_report(rep))
+
+    def test_partial_window(self):
+        # 10 steps: 2 of start-up in 3 s, then 8 steady in 4 s; an epoch of
+        # 100 steps is 3 s + 98 x 0.5 s.
+        w = {"seconds": 7.0, "steps": 10, "skip": 2, "startup_seconds": 3.0, "steady_seconds": 4.0,
+             "steady_steps": 8, "epochs_complete": 0}
+        self.assertAlmostEqual(analyze.per_epoch(w, 100), 52.0)
+        w.update(steady_steps=1, steady_seconds=0.5)
+        self.assertIsNone(analyze.per_epoch(w, 100))     # no rate from one step
+        self.assertAlmostEqual(analyze.per_epoch({"seconds": 9.0, "steps": 200, "epochs_complete": 2},
+                                                 100), 4.5)
 
     def test_no_loader(self):
         rep = analyze.analyze({}, {"as-is": (1, [])}, None, None)

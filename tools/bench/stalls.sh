@@ -322,4 +322,5 @@ for name, reps in got.items():
 PY
 fi
 grep -hE "error|warning" "$W/daemon.err" >&2 || true
-[ -n "${STALL_LOG:-}" ] && cp "$W/daemon.err" "$STALL_LOG"
+# (an if, not an &&: the script's status is its last command's)
+if [ -n "${STALL_LOG:-}" ]; then cp "$W/daemon.err" "$STALL_LOG"; fi

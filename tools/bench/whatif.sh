@@ -9,8 +9,11 @@
 # The target: every error within 15% (docs/analyze.md).
 #
 # Environment: WHATIF_CACHES ("25 50 100"), WHATIF_WORKERS ("1 4"),
-# WHATIF_MBPS ("25 100"), WHATIF_RUNS (1: medians over runs), and part 7's
-# STALL_* (the dataset, EPOCHS, the slack). Needs what part 7 needs.
+# WHATIF_MBPS ("25 100"), WHATIF_RUNS (1: medians over runs), WHATIF_KEEP
+# (a directory: the measured rows and the report are kept there),
+# WHATIF_REUSE (a directory kept before: its measured rows are compared
+# with a new analyze run, nothing else is run again), and part 7's STALL_*
+# (the dataset, EPOCHS, the slack). Needs what part 7 needs.
 set -eu
 cd "$(dirname "$0")/../.."
 CACHES=${WHATIF_CACHES:-25 50 100}
@@ -33,7 +36,9 @@ STALL_RUNS=1 STALL_WORKERS=2 STALL_BPS=26214400 STALL_CACHE_PCT=50 STALL_CONFIGS
 REPORT=$(ls "$W"/an-*.json 2>/dev/null | head -1)
 [ -n "$REPORT" ] || { echo "whatif: the analyze run left no report" >&2; exit 1; }
 : > "$W/rows"
+[ -n "${WHATIF_REUSE:-}" ] && cp "$WHATIF_REUSE/rows" "$W/rows"
 for c in $CACHES; do
+	[ -n "${WHATIF_REUSE:-}" ] && break
 	bps=""
 	for m in $MBPS; do bps="$bps $((m * 1048576))"; done
 	STALL_RUNS=$RUNS STALL_WORKERS="$WORKERS" STALL_BPS="${bps# }" STALL_CACHE_PCT=$c \
@@ -41,6 +46,9 @@ for c in $CACHES; do
 		{ echo "whatif: part 7 at cache $c% failed: $(tail -3 "$W/log-$c")" >&2; exit 1; }
 	sed "s/^epochfs@/epochfs-c$c@/" "$W/rows-$c" >> "$W/rows"
 done
+if [ -n "${WHATIF_KEEP:-}" ]; then
+	mkdir -p "$WHATIF_KEEP" && cp "$W/rows" "$REPORT" "$WHATIF_KEEP/"
+fi
 python3 - "$W/rows" "$REPORT" <<'PY'
 import collections, json, statistics, sys
 rows = collections.defaultdict(list)
