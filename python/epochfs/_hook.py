@@ -377,7 +377,6 @@ class _Finder:
     def find_spec(self, name, path=None, target=None):
         if name != self.TARGET:
             return None
-        import importlib.machinery
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
                 continue

@@ -448,8 +448,6 @@ class Timer:
         if cur["last"] is None:
             cur["startup"] = t1 - cur["t0"]
             cur["wait"] += t1 - cur["t0"]
-            if self.win is not None and cur["measured"] and "startup" not in self.win:
-                self.win["startup"] = cur["startup"]
         else:
             cur["wait"] += t1 - t0
         cur["last"] = t1
@@ -526,7 +524,7 @@ class Timer:
         if cur is not None and not cur.get("ended") and cur["measured"]:
             self._end_epoch(now, complete=False)
         self.finished = True
-        cpu1 = self._cpu_now(it) if it is not None else self._cpu_now(None)
+        cpu1 = self._cpu_now(it)
         cpu0 = win["cpu0"]
         worker_cpu = cpu1["children"] - cpu0["children"]
         for pid, c in cpu1["workers"].items():
@@ -548,7 +546,6 @@ class Timer:
         self._write({"ev": "window", "mode": self.mode, "complete": complete, "seconds": secs,
                      "wait": wait, "compute": secs - wait, "steps": steps, "items": items,
                      "epochs_complete": len(eps), "worker_cpu": worker_cpu,
-                     "startup": win.get("startup", 0.0),
                      "main_cpu": cpu1["self"] - cpu0["self"],
                      "daemon_cpu": (d1 - win["daemon_cpu0"]) if d1 is not None and
                      win["daemon_cpu0"] is not None else None,

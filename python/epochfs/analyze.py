@@ -35,7 +35,6 @@ report then says what was measured before it did).
 """
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
