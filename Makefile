@@ -5,6 +5,8 @@
 #   make bench           the benchmarks of docs/benchmarks.md
 #   make fuzz            the libFuzzer harnesses of tests/fuzz (FUZZ_SECONDS each)
 #   make SANITIZE=address,undefined   sanitizer build (into build-san/)
+#   make CUDA=1          also the GPU path (prep/gpu/: libepochfs_gpu.so, epochfs-gpuprobe;
+#                        needs nvcc), into build-cuda/; CPU builds are unchanged
 #   CI=true              adds -Werror
 
 V ?= 0
@@ -29,11 +31,16 @@ BUILD := build-san
 CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
 LDFLAGS += -fsanitize=$(SANITIZE)
 endif
+CUDA ?=
+WITH_CUDA := $(filter-out 0,$(CUDA))
+ifneq ($(WITH_CUDA),)
+BUILD := $(BUILD)-cuda
+endif
 
 # Evaluated when a recipe runs, i.e. after the dependency check below.
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS = $(shell pkg-config --libs $(PKGS))
-ALL_CFLAGS = -std=gnu11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Ifs -Ifs/core -Ifs/store -Ifs/cluster -Ifs/util -Iprep -Itools $(PKG_CFLAGS) -MMD -MP
+ALL_CFLAGS = -std=gnu11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Ifs -Ifs/core -Ifs/store -Ifs/cluster -Ifs/util -Iprep -Iprep/gpu -Itools $(PKG_CFLAGS) -MMD -MP
 LIBS = $(PKG_LIBS) -lpthread -lm
 
 # fs/ is the daemon (main, options) and its FUSE adapter (ops.c, the only
@@ -51,6 +58,11 @@ CORE_SRC := fs/util/log.c fs/util/memwatch.c fs/options.c \
 	    fs/cluster/owner.c fs/cluster/cluster.c fs/cluster/proto.c fs/cluster/peer.c \
 	    fs/cluster/peer_client.c fs/cluster/peer_server.c
 PREP_SRC := prep/jpeg.c prep/augment.c prep/batch.c prep/spec.c prep/folder.c prep/group.c
+# prep/gpu/: the GPU consumer's plain C half (the CPU reference of its
+# conversion, batch file checks, the consumer over a host backend), in every
+# build so the unit tests cover it; the CUDA half is below, CUDA=1 only.
+GPU_C_SRC := prep/gpu/normalize.c prep/gpu/batchfile.c prep/gpu/backend_host.c prep/gpu/consumer.c
+PREP_SRC += $(GPU_C_SRC)
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o) $(PREP_SRC:%.c=$(BUILD)/%.o)
 CORE_LIB := $(BUILD)/libepochfs.a
 
@@ -63,7 +75,7 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 
-all: $(DAEMON) $(TOOLS) $(BUILD)/epochfs-run $(BUILD)/epochfs-analyze
+all: $(DAEMON) $(TOOLS) $(BUILD)/epochfs-run $(BUILD)/epochfs-analyze $(GPU_LIB) $(GPU_TOOLS)
 
 # epochfs-run and epochfs-analyze: launchers over the Python package in
 # python/ (pure Python), which the build tree runs from where it is.
@@ -91,6 +103,10 @@ $(BUILD)/%.o: %.c | $(DEPS_STAMP)
 # buys nothing measurable and grows the code.
 $(BUILD)/prep/augment.o: CFLAGS += -O3
 
+# The GPU kernel computes x * mul + add as a multiply and an add; the
+# reference it is checked against must not fuse them either, whatever -march.
+$(BUILD)/prep/gpu/normalize.o $(BUILD)/pic/prep/gpu/normalize.o: ALL_CFLAGS += -ffp-contract=off
+
 $(CORE_LIB): $(CORE_OBJ)
 	$(call say,AR,$@)
 	$(Q)rm -f $@ && ar rcs $@ $^
@@ -107,6 +123,59 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(TOOL_OBJ) $(CORE_LIB)
 	$(call say,LINK,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) -lcriterion
+
+# The GPU path (docs/prep.md, "The GPU consumer"), CUDA=1 only: the CUDA
+# runtime from nvcc's own tree, found through nvcc; the shared library is
+# what python/epochfs/gpu.py loads (position-independent copies of the C
+# half, plus the .cu files), and epochfs-gpuprobe links it.
+ifneq ($(WITH_CUDA),)
+NVCC ?= nvcc
+NVCC_PATH := $(shell command -v $(NVCC) 2>/dev/null)
+ifeq ($(NVCC_PATH),)
+$(error CUDA=1: $(NVCC) not found: put CUDA's bin/ on PATH or set NVCC=/path/to/nvcc)
+endif
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(NVCC_PATH)))
+CUDA_LIBDIR ?= $(CUDA_HOME)/lib64
+NVFLAGS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+	   -gencode arch=compute_90,code=compute_90
+NV_WARN := -Xcompiler -Wall,-Wextra,-Wshadow
+ifneq ($(CI),)
+NV_WARN += -Werror all-warnings -Xcompiler -Werror
+endif
+NV_ALL = -std=c++17 -O2 -g $(NVFLAGS) $(NV_WARN) -Xcompiler -fPIC -Iprep -Iprep/gpu -MMD -MP
+CUDA_LIBS := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudart -lstdc++ -ldl -lpthread
+GPU_OBJ := $(GPU_C_SRC:%.c=$(BUILD)/pic/%.o) $(BUILD)/pic/prep/gpu/libgpu.o \
+	   $(patsubst %.cu,$(BUILD)/cu/%.o,prep/gpu/normalize.cu prep/gpu/backend_cuda.cu prep/gpu/probe.cu)
+GPU_LIB := $(BUILD)/libepochfs_gpu.so
+GPU_TOOLS := $(BUILD)/epochfs-gpuprobe
+
+$(BUILD)/pic/%.o: %.c | $(DEPS_STAMP)
+	$(call say,CC,$<)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_CFLAGS) -fPIC -c -o $@ $<
+
+$(BUILD)/cu/%.o: %.cu | $(DEPS_STAMP)
+	$(call say,NVCC,$<)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(NVCC) $(NV_ALL) -c -o $@ $<
+
+$(GPU_LIB): $(GPU_OBJ)
+	$(call say,LINK,$@)
+	$(Q)$(CC) -shared $(LDFLAGS) -o $@ $^ $(CUDA_LIBS)
+
+$(BUILD)/epochfs-gpuprobe: $(BUILD)/tools/gpuprobe.o $(GPU_LIB)
+	$(call say,LINK,$@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< -L$(BUILD) -lepochfs_gpu -Wl,-rpath,'$$ORIGIN' $(CUDA_LIBS)
+
+# tests/cuda/run.sh's check: real batches made by prep's own code, read by
+# the consumer on the host and on the GPU, compared byte for byte.
+$(BUILD)/tests/cuda/gpu_check.o: ALL_CFLAGS += -I$(CUDA_HOME)/include
+$(BUILD)/tests/gpu_check: $(BUILD)/tests/cuda/gpu_check.o $(BUILD)/prep/batch.o $(BUILD)/prep/jpeg.o \
+		$(BUILD)/prep/augment.o $(GPU_LIB)
+	$(call say,LINK,$@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) -L$(BUILD) -lepochfs_gpu -Wl,-rpath,'$$ORIGIN/..' \
+		$(CUDA_LIBS) $(LIBS)
+endif
 
 # Helpers the integration tests run (not installed tools).
 TEST_HELPERS := $(BUILD)/tests/mkjpeg
@@ -182,7 +251,12 @@ integration: all $(TEST_HELPERS) $(DEPS_STAMP)
 pyunit: $(DEPS_STAMP)
 	$(Q)PYTHONPATH=$(CURDIR)/python /usr/bin/python3 -m unittest discover -s tests/python -t tests/python
 
-test: unit pyunit fuzz-smoke integration
+# The GPU path (tests/cuda/run.sh): built with CUDA=1 into build-cuda/ when
+# nvcc is here; what needs a GPU is skipped without one (exit 77).
+cuda-test:
+	$(Q)bash tests/cuda/run.sh; st=$$?; [ $$st = 0 ] || [ $$st = 77 ]
+
+test: unit cuda-test pyunit fuzz-smoke integration
 
 demo: all
 	$(Q)BUILD=$(BUILD) bash tools/demo.sh
@@ -191,9 +265,9 @@ bench: all
 	$(Q)BUILD=$(BUILD) bash tools/bench/run.sh
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-cuda build-san-cuda
 
-.PHONY: all unit pyunit integration test demo bench clean fuzz fuzz-smoke
+.PHONY: all unit pyunit integration test demo bench clean fuzz fuzz-smoke cuda-test
 .SECONDARY:
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -8,20 +8,34 @@ item (decode, augment, collate) and, on a miss, waits for its bytes from
 storage. Items hit in a cache with probability h, so a worker's storage
 demand per item is m = (1 - h) * bytes_per_item / B. The DataLoader's
 workers and the storage form a closed queueing network: W workers (the
-customers) cycle between the CPU (C cores, demand q + r per item, r the
-daemon's CPU per item served) and the storage (one server, demand m), and
-exact mean value analysis gives their throughput X (the CPU a
+customers) cycle between the CPU (C cores) and the storage (one server),
+and exact mean value analysis gives their throughput X (the CPU a
 load-dependent station: j items on it run at min(j, C) times one core's
 speed). Then
 
-  epoch = startup + max(S*c, N/X, (S*u + N*(q + r))/C)
+  epoch = startup + max(S*c, N/X, N*m, (S*u + N*(q + t + r))/C)
 
-with u the main process's CPU per step (it shares the cores). With
-prefetch (the order told, epochfs-run), storage waits leave the workers'
-cycle and overlap everything: X is the CPU-only network's, and the storage
-bound N*m joins the max. Without workers, the main process prepares and
-fetches in line: epoch = S*c + N*(q + r + m) (prefetch: max(S*c + N*(q+r),
-N*m)).
+with u the main process's CPU per step (it shares the cores), and, where
+a GPU was probed, S*g joins the max: g the seconds a batch takes into the
+GPU (pinned copy plus the normalizing kernel, epochfs.gpu.probe).
+
+Reading through the mount costs CPU a run from memory does not pay: t per
+item in the reader's own process (system calls, the kernel's copy, page
+cache, the FUSE round trips) and r per item in the daemon. Both count in
+full towards the cores' bound. In a worker's cycle, r is left out (the
+daemon is another process, on a core the workers leave free) and t is
+scaled by the workers' share of the cores, min(1, W/C): t is measured at
+the as-is run's load, where it includes what contention adds, and one
+worker on two cores pays less of it. A worker also overlaps part of a
+miss's transfer with its own decoding (the kernel's readahead delivers the
+rest of a file while the first part decodes): the cycle's storage demand
+is (1 - phi) * m, the storage's own bound stays N*m.
+
+With prefetch (the order told, epochfs-run), storage waits leave the
+workers' cycle and overlap everything: X is the CPU-only network's, and
+the storage bound N*m remains. Without workers, the main process prepares
+and fetches in line: epoch = S*c + N*(q + t + r + (1 - phi)*m) (prefetch:
+max(S*c + N*(q + t + r), N*m)).
 
 Hits: the MinIO cache admits until full and never evicts, so h = the
 fraction of D it holds, across k nodes min(1, k*f) (a peer's cache is read
@@ -33,11 +47,15 @@ and read it from storage once: m/k each.
 The as-is configuration keeps the hit ratio its run measured (the mount's
 storage bytes: the kernel's page cache above the mount may hold more than
 the MinIO cache alone); a scenario that changes the cache or the nodes
-uses the rules above. Two anchors from the runs measured: the CPU side (q) from the run with the
-data in memory, and the storage bandwidth the job actually got (B_eff,
-solved so the model gives the measured as-is epoch); a scenario's storage
-speed scales B_eff by scenario/probed. docs/analyze.md has the model's
-assumptions and its measured error. Standard library only.
+uses the rules above. Anchors, from the runs measured (calibrate()): the
+CPU side (q scaled) from the warm run, which reads from memory and pays no
+mount costs; t from the as-is run's worker CPU per item minus the warm
+run's; then phi, the storage bandwidth being the one probed, so the model
+gives the measured as-is epoch. An as-is epoch slower than phi = 0 allows
+lowers the bandwidth instead (B_eff < B: the storage delivered less than
+its probe); one faster than phi = 1 allows scales t down. A scenario's
+storage speed scales B_eff by scenario/probed. docs/analyze.md has the
+model's assumptions and its measured error. Standard library only.
 """
 import random
 
@@ -114,7 +132,7 @@ class Profile:
     def __init__(self, items, steps, bytes_per_item, compute_per_step, prep_cpu_per_item,
                  workers, cores, storage_bps, cache_frac=0.0, cache_kind="minio",
                  main_cpu_per_step=0.0, serve_cpu_per_item=0.0, startup=0.0, nodes=1, jobs=1,
-                 prefetch=False):
+                 prefetch=False, reader_cpu_per_item=0.0, ingest_per_step=0.0):
         self.items = items
         self.steps = steps
         self.bytes_per_item = bytes_per_item
@@ -131,6 +149,11 @@ class Profile:
         self.nodes = nodes
         self.jobs = jobs
         self.prefetch = prefetch
+        self.reader_cpu_per_item = reader_cpu_per_item   # t: the mount's cost in the reader
+        self.ingest_per_step = ingest_per_step           # a batch into the GPU (the probe), s
+        self.via_mount = True       # False: the data read from memory, no mount costs (the warm run)
+        self.overlap = 0.0          # phi (calibrate())
+        self.tax_scale = 1.0        # t's factor when the as-is run needs less (calibrate())
         self.measured_hit = None    # the hit ratio the as-is run saw, while the cache is as it was
         self.bw_scale = 1.0         # B_eff / B probed (calibrate())
         self.cpu_scale = 1.0        # measured / modelled CPU-side time (calibrate())
@@ -164,19 +187,26 @@ class Profile:
         jobs = max(1, self.jobs)
         bw = self.storage_bps * self.bw_scale
         m = (1.0 - self.hit()) * self.bytes_per_item / bw / jobs if bw > 0 else float("inf")
-        q = self.prep_cpu_per_item * self.cpu_scale / jobs + self.serve_cpu_per_item
+        m_seen = m * (1.0 - self.overlap)
+        q = self.prep_cpu_per_item * self.cpu_scale / jobs
+        t = self.reader_cpu_per_item * self.tax_scale if self.via_mount else 0.0
+        r = self.serve_cpu_per_item if self.via_mount else 0.0
         c = self.compute_per_step
         N, S = self.items, self.steps
         cores = max(1e-9, self.cores)
-        cpu_total = (S * self.main_cpu_per_step * jobs + N * q * jobs) / cores
+        cpu_total = (S * self.main_cpu_per_step * jobs + N * (q + t + r) * jobs) / cores
         bounds = {"compute": S * c, "cpu": cpu_total, "storage": N * m}
+        if self.ingest_per_step > 0:
+            bounds["ingest"] = S * self.ingest_per_step
         if self.workers <= 0:
             if self.prefetch:
-                bounds["pipeline"] = max(S * c + N * q, N * m)
+                bounds["pipeline"] = max(S * c + N * (q + t + r), N * m)
             else:
-                bounds["pipeline"] = S * c + N * (q + m)
+                bounds["pipeline"] = S * c + N * (q + t + r + m_seen)
         else:
-            x = mva_throughput(self.workers, q, min(cores, self.workers), 0.0 if self.prefetch else m)
+            share = min(1.0, self.workers / cores)
+            x = mva_throughput(self.workers, q + t * share, min(cores, self.workers),
+                               0.0 if self.prefetch else m_seen)
             bounds["pipeline"] = N / x if x > 0 else float("inf")
         return self.startup + max(bounds.values()), bounds
 
@@ -184,25 +214,58 @@ class Profile:
         return self.parts()[0]
 
     def calibrate(self, warm_seconds=None, asis_seconds=None):
-        """Anchors the model to the runs measured: CPU-side time to the warm
-        run (all hits), the storage bandwidth to the as-is run. Returns
-        (cpu_scale, bw_scale)."""
+        """Anchors the model to the runs measured: the CPU side to the warm
+        run (all hits, no mount costs), then the overlap phi (else the
+        storage bandwidth, else t's scale) to the as-is run. Returns
+        (cpu_scale, bw_scale, overlap, tax_scale)."""
         if warm_seconds:
-            warm = self.scenario(cache_frac=1.0, cache_kind="minio", nodes=1)
+            warm = self.scenario(cache_frac=1.0, cache_kind="minio", nodes=1, via_mount=False)
             got = warm.epoch_seconds()
             if got > 0 and warm.startup < warm_seconds:
                 b = warm.parts()[1]
                 cpu_side = max(b["cpu"], b["pipeline"])
                 if cpu_side >= b["compute"] and cpu_side > 0:
-                    self.cpu_scale = max(0.2, min(5.0, (warm_seconds - self.startup) / cpu_side))
-        if asis_seconds and self.hit() < 1.0:
-            lo, hi = 1e-3, 1e3
-            if self.scenario(bw_scale=hi).epoch_seconds() < asis_seconds < self.scenario(bw_scale=lo).epoch_seconds():
-                for _ in range(60):
-                    mid = (lo * hi) ** 0.5
-                    if self.scenario(bw_scale=mid).epoch_seconds() > asis_seconds:
-                        lo = mid
-                    else:
-                        hi = mid
-                self.bw_scale = (lo * hi) ** 0.5
-        return self.cpu_scale, self.bw_scale
+                    # The CPU side is linear in the scale (the MVA's times
+                    # are), so one step is exact; a second absorbs rounding.
+                    for _ in range(2):
+                        b = self.scenario(cache_frac=1.0, cache_kind="minio", nodes=1,
+                                          via_mount=False).parts()[1]
+                        cpu_side = max(b["cpu"], b["pipeline"])
+                        if cpu_side <= 0:
+                            break
+                        self.cpu_scale = max(0.2, min(5.0, self.cpu_scale * (warm_seconds - self.startup)
+                                                      / cpu_side))
+        if asis_seconds:
+            self.overlap, self.bw_scale, self.tax_scale = 0.0, 1.0, 1.0
+            if self.scenario(overlap=1.0).epoch_seconds() > asis_seconds:
+                # Faster than any overlap allows: the mount's costs were
+                # over-measured (their share of contention); scale t.
+                self.overlap = 1.0 if self.hit() < 1.0 else 0.0
+                self.tax_scale = _solve(lambda k: self.scenario(tax_scale=k).epoch_seconds(), asis_seconds,
+                                        0.0, 1.0)
+            elif self.hit() < 1.0 and self.epoch_seconds() >= asis_seconds:
+                self.overlap = _solve(lambda f: self.scenario(overlap=f).epoch_seconds(), asis_seconds, 0.0, 1.0)
+            elif self.hit() < 1.0:
+                # Slower than no overlap at all: the storage delivered less
+                # than its probe (B_eff < B).
+                self.bw_scale = _solve(lambda b: self.scenario(bw_scale=b).epoch_seconds(), asis_seconds,
+                                       1e-3, 1.0, geometric=True)
+        return self.cpu_scale, self.bw_scale, self.overlap, self.tax_scale
+
+
+def _solve(f, target, lo, hi, geometric=False, steps=60):
+    """X in [LO, HI] with F(X) = TARGET for a monotone F (bisection); the
+    nearer end when TARGET is outside F's range."""
+    flo, fhi = f(lo), f(hi)
+    sign = 1.0 if flo >= fhi else -1.0          # decreasing: 1; increasing: -1
+    if sign * (flo - target) <= 0:
+        return lo
+    if sign * (fhi - target) >= 0:
+        return hi
+    for _ in range(steps):
+        mid = (lo * hi) ** 0.5 if geometric else (lo + hi) / 2
+        if sign * (f(mid) - target) > 0:
+            lo = mid
+        else:
+            hi = mid
+    return (lo * hi) ** 0.5 if geometric else (lo + hi) / 2

@@ -14,16 +14,18 @@ loader's workers and ends the process with status 0:
   as-is    the job as it is: WARMUP epochs pass unmeasured (the caches
            fill), then EPOCHS whole epochs or STEPS steps are measured;
   warm     before the epoch starts, up to WARM_FILES of the window's files
-           (and WARM_BYTES) are copied to a tmpfs directory and every item
+           (and WARM_BYTES), chosen across the sizes of its first
+           WARM_POOL files, are copied to a tmpfs directory and every item
            of the window pointed at one of the copies, so the steps
            prepare real files with nothing to fetch: what is left of a
            step is compute and preparation (a dataset that cannot be
            pointed gets those files read into the page cache, and only
            their steps measured);
-  compute  the first REPLAY batches are taken from the loader, unmeasured;
-           then every step is handed one of them again, so nothing is
-           fetched or prepared: what is left is compute (DS-Analyzer's
-           synthetic-data run, with no change to the script).
+  compute  the first REPLAY batches are taken from the loader, unmeasured,
+           and its workers stopped; then every step of that epoch is
+           handed one of them again, so nothing is fetched or prepared:
+           what is left is compute (DS-Analyzer's synthetic-data run, with
+           no change to the script).
 
 Records go, one JSON object a line, to EPOCHFS_ANALYZE_OUT (appended):
 "start" (the loader's shape and a sample of its files), "warm", "epoch"
@@ -45,7 +47,26 @@ import weakref
 from . import _hook
 
 SAMPLE_FILES = 512          # files named in "start", for the storage probe (>= 4 s of a slow disk)
-WARM_FILES = 256            # files the warm run copies to memory, at most
+WARM_FILES = 64             # files the warm run copies to memory, at most
+WARM_POOL = 1024            # of the window's first files, the sizes the copies are chosen across
+
+
+def _sample_by_size(pool, n, budget):
+    """Up to N (index, path) pairs of POOL, of at most BUDGET bytes together
+    (at least one), spread evenly across POOL's file sizes: the copies the
+    warm run prepares over and over then cost what the window's files cost
+    on average (a file's decode time follows its size), from few of them.
+    The order of POOL is kept for the pairs chosen."""
+    sized = sorted(((_file_size(p), k) for k, (_, p) in enumerate(pool)))
+    if not sized:
+        return []
+    while n > 1:
+        pick = sorted({sized[int((j + 0.5) * len(sized) / n)][1] for j in range(n)})
+        total = sum(_file_size(pool[k][1]) for k in pick)
+        if total <= budget:
+            return [pool[k] for k in pick]
+        n = max(1, min(n - 1, int(n * budget / total)))
+    return [pool[sized[len(sized) // 2][1]]]
 
 
 def _cpu_of(pid):
@@ -166,9 +187,9 @@ def mem_room():
     return room if room is not None else 1 << 30
 
 
-def _batch_items(batch):
-    """How many samples BATCH holds (the first dimension of its first
-    tensor-like member), or None."""
+def _first_tensor(batch):
+    """BATCH's first tensor-like member (the images of an (images, labels)
+    batch), or what is left after four levels of lists and dicts."""
     x = batch
     for _ in range(4):
         if isinstance(x, (list, tuple)) and x:
@@ -177,7 +198,27 @@ def _batch_items(batch):
             x = next(iter(x.values()))
         else:
             break
+    return x
+
+
+def _batch_shape(batch):
+    """([dims], dtype name) of BATCH's first tensor-like member, or None.
+    Reads attributes only."""
+    x = _first_tensor(batch)
     shape = getattr(x, "shape", None)
+    if shape is None:
+        return None
+    try:
+        dims = [int(d) for d in shape]
+    except (TypeError, ValueError):
+        return None
+    return dims, str(getattr(x, "dtype", "")).replace("torch.", "")
+
+
+def _batch_items(batch):
+    """How many samples BATCH holds (the first dimension of its first
+    tensor-like member), or None."""
+    shape = getattr(_first_tensor(batch), "shape", None)
     if shape is not None and len(shape):
         return int(shape[0])
     return None
@@ -245,6 +286,7 @@ class Timer:
         self.step_limit = 0         # steps the window measures (0: by epochs)
         self.replay = []
         self.replay_i = 0
+        self.batch_shape = None     # (shape, dtype) of the first batch's first tensor
         self.finished = False
         self.cleanup = []           # directories to remove when the job ends
         self.lock = threading.Lock()
@@ -353,18 +395,13 @@ class Timer:
         # reclaim: at most a quarter of what is free now (before the workers).
         budget = min(self.warm_bytes or (1 << 62), int(mem_room() * 0.25))
         want = self.steps or len(indices)
-        window, sample, size, steps = [], [], 0, 0
+        window, steps = [], 0
         for b in indices[:want]:
             group = b if isinstance(b, (list, tuple)) else [b]
             got = [(int(i), resolve(int(i))) for i in group]
-            got = [(i, p) for i, p in got if p is not None]
-            window.extend(got)
-            for i, p in got:
-                s = _file_size(p)
-                if len(sample) < WARM_FILES and (not sample or size + s <= budget):
-                    sample.append((i, p))
-                    size += s
+            window.extend((i, p) for i, p in got if p is not None)
             steps += 1
+        sample = _sample_by_size(window[:WARM_POOL], WARM_FILES, budget)
         method, nbytes, copies = self._to_memory(loader.dataset, sample, window)
         if method == "read":            # only the files read are warm: only their steps count
             steps, n = 0, 0
@@ -443,6 +480,11 @@ class Timer:
                 cur["last"] = t1
                 if len(self.replay) == self.replay_keep:
                     self._restart_window(t1)
+                    # Nothing is fetched from here on: the workers, their
+                    # memory and the batches they prepare ahead would only
+                    # squeeze a job at its memory limit (a daemon beside it
+                    # was killed for it).
+                    self._stop_workers(it)
                 return batch
         t1 = time.perf_counter()
         if cur["last"] is None:
@@ -452,6 +494,8 @@ class Timer:
             cur["wait"] += t1 - t0
         cur["last"] = t1
         cur["steps"] += 1
+        if self.batch_shape is None:
+            self.batch_shape = _batch_shape(batch)
         n = _batch_items(batch)
         cur["items"] += n if n is not None else (getattr(self.loader(), "batch_size", None) or 1)
         if self.win is not None and cur["measured"]:
@@ -494,9 +538,10 @@ class Timer:
         self.win["t0"] = t
         self.win["skip"] = 0                # replayed steps have no start-up
         self.win["steady_t0"] = t
-        if not self.step_limit:
-            self.step_limit = max(1, (len(self.cur["it"]()) if self.cur["it"]() is not None else 1)
-                                  - self.replay_keep) * max(1, self.epochs)
+        # Within this epoch: a next epoch's iterator would start workers
+        # again, and the compute per step needs no more than one epoch.
+        left = max(1, (len(self.cur["it"]()) if self.cur["it"]() is not None else 1) - self.replay_keep)
+        self.step_limit = min(self.step_limit, left) if self.step_limit else left
 
     @staticmethod
     def _daemon_cpu(stats):
@@ -550,7 +595,8 @@ class Timer:
                      "daemon_cpu": (d1 - win["daemon_cpu0"]) if d1 is not None and
                      win["daemon_cpu0"] is not None else None,
                      "stats_before": win["stats0"], "stats_after": stats1, "skip": win["skip"],
-                     **steady})
+                     "batch_shape": self.batch_shape[0] if self.batch_shape else None,
+                     "batch_dtype": self.batch_shape[1] if self.batch_shape else None, **steady})
         if self.exit_when_done:
             self._exit(it)
 
@@ -567,15 +613,21 @@ class Timer:
             shutil.rmtree(d, ignore_errors=True)
         self.cleanup = []
 
-    def _exit(self, it):
-        """The window is measured: the rest of the job is not needed."""
-        for obj in (it, self.cur and self.cur["it"]()):
+    @staticmethod
+    def _stop_workers(*its):
+        """Stops the DataLoader workers of the iterators ITS (their own
+        shutdown, as at an epoch's end); quietly nothing where it cannot."""
+        for obj in its:
             stop = getattr(obj, "_shutdown_workers", None)
             if stop is not None:
                 try:
                     stop()
                 except Exception:
                     pass
+
+    def _exit(self, it):
+        """The window is measured: the rest of the job is not needed."""
+        self._stop_workers(it, self.cur and self.cur["it"]())
         try:
             self._clean()
             sys.stdout.flush()

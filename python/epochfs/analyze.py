@@ -1,4 +1,5 @@
 """epochfs-analyze [OPTIONS] DATADIR -- COMMAND [ARGS...]
+       epochfs-analyze --from REPORT.json [--what-if K=V,...] [--json F] [--plot F]
 
 Where a training job's time goes, and what more cache, workers, cores,
 storage bandwidth, nodes, prefetch or shared prep would buy. COMMAND runs
@@ -24,7 +25,11 @@ options:
                      the data, or bytes with K/M/G), workers, cores,
                      storage (MB/s), nodes, jobs, prefetch (on/off)
   --storage-mbps X   the storage's bandwidth (default: probed, O_DIRECT)
+  --gpu-rate R       the training step's rate on the GPU, steps/s: the model's
+                     compute (default: the compute run's, as measured here)
   --source DIR       where the data really is (default: the mount's SOURCE)
+  --from FILE        no run: predict the --what-if scenarios (and the default
+                     sweep) from a report written before with --json
   --json FILE        the report as JSON
   --plot FILE        what-if curves as .svg (or .png with matplotlib)
   -q, --quiet        only the report
@@ -104,7 +109,8 @@ def parse_what_if(text):
 
 def parse_args(argv):
     o = {"epochs": 1, "steps": 0, "warmup": 1, "warm_mb": 256, "runs": list(MODES), "order": False, "what_if": [],
-         "storage_bps": None, "source": None, "json": None, "plot": None, "quiet": False}
+         "storage_bps": None, "source": None, "json": None, "plot": None, "quiet": False, "from": None,
+         "gpu_rate": None}
     argv = list(argv)
     pos = []
     while argv:
@@ -122,7 +128,7 @@ def parse_args(argv):
         elif a.startswith("-"):
             name, eq, val = a.partition("=")
             if name not in ("--epochs", "--steps", "--warmup", "--warm-mb", "--runs", "--what-if", "--storage-mbps",
-                            "--source", "--json", "--plot"):
+                            "--source", "--json", "--plot", "--from", "--gpu-rate"):
                 raise UsageError("unknown option %s (see --help)" % a)
             if not eq:
                 if not argv:
@@ -134,6 +140,10 @@ def parse_args(argv):
                     if n < (1 if name in ("--epochs", "--warm-mb") else 0):
                         raise ValueError
                     o[name[2:].replace("-", "_")] = n
+                elif name == "--gpu-rate":
+                    o["gpu_rate"] = float(val)
+                    if not 0 < o["gpu_rate"] < float("inf"):
+                        raise ValueError
                 elif name == "--storage-mbps":
                     o["storage_bps"] = float(val) * 1e6
                     if o["storage_bps"] <= 0:
@@ -151,6 +161,12 @@ def parse_args(argv):
                 raise UsageError("%s %s: not a valid value" % (name, val))
         else:
             pos.append(a)
+    if o.get("from"):
+        if pos or argv:
+            raise UsageError("--from predicts from a report: no DATADIR or COMMAND with it")
+        if o["plot"] and not o["plot"].endswith((".svg", ".png")):
+            raise UsageError("--plot %s: the file must end in .svg or .png" % o["plot"])
+        return o
     if len(pos) != 1:
         raise UsageError("expected one DATADIR before -- (usage: epochfs-analyze [OPTIONS] DATADIR -- COMMAND)")
     if not argv:
@@ -309,9 +325,45 @@ def counter_delta(win, name):
     return b[name] - a[name]
 
 
-def analyze(opts, results, storage_bps, mount_stats):
+def batch_shape(results):
+    """(dims, dtype) of the measured loader's batches, from the runs'
+    window records, or (None, None)."""
+    for m in MODES:
+        for r in (results.get(m) or (0, []))[1]:
+            if r.get("ev") == "window" and r.get("batch_shape"):
+                return r["batch_shape"], r.get("batch_dtype") or ""
+    return None, None
+
+
+def gpu_probe(results):
+    """What the GPU path can do with the job's batches: epochfs.gpu.probe's
+    dict with "available": True, or {"available": False, "reason": ...}."""
+    try:
+        from . import gpu
+    except ImportError as e:                 # a partial install
+        return {"available": False, "reason": "epochfs.gpu: %s" % e}
+    why = gpu.unavailable_reason()
+    if why:
+        return {"available": False, "reason": why}
+    dims, dtype = batch_shape(results)
+    if not dims or len(dims) != 4:
+        return {"available": False, "reason": "the job's batches are not images (N, C, H, W): %s" % (dims,)}
+    if dims[1] in (1, 3, 4):
+        n, c, h, w = dims
+    else:
+        n, h, w, c = dims
+    try:
+        got = gpu.probe(n, h, w, c, dtype="float32" if "float" in (dtype or "") else "uint8")
+    except (gpu.GpuUnavailable, ValueError, OSError) as e:
+        return {"available": False, "reason": str(e)}
+    got["available"] = True
+    return got
+
+
+def analyze(opts, results, storage_bps, mount_stats, gpu=None):
     """The breakdown and what-ifs from the runs' records. RESULTS: mode ->
-    (exit code, records). Returns the report's dict."""
+    (exit code, records); GPU: gpu_probe()'s dict, or None (not probed).
+    Returns the report's dict."""
     start = None
     for m in MODES:
         if m in results:
@@ -395,8 +447,14 @@ def analyze(opts, results, storage_bps, mount_stats):
                 break
         if startup:
             break
+    # t: what reading through the mount (or the kernel, natively) costs the
+    # reader beyond the warm run's reads from memory, per item.
+    t = 0.0
+    if asis and warm and asis.get("items") and warm.get("items"):
+        key = "worker_cpu" if W > 0 else "main_cpu"
+        t = max(0.0, asis[key] / asis["items"] - warm[key] / warm["items"])
     prof = Profile(N, S, item_bytes, c, q, W, C, storage_bps, frac, kind, u, r, startup,
-                   prefetch=bool(opts.get("order")))
+                   prefetch=bool(opts.get("order")), reader_cpu_per_item=t)
     frac_seen = (rep.get("mount") or {}).get("storage_fraction_of_data")
     if frac_seen is not None:
         prof.measured_hit = max(0.0, min(1.0, 1.0 - frac_seen))
@@ -405,11 +463,18 @@ def analyze(opts, results, storage_bps, mount_stats):
     rep["model"] = {"prep_cpu_per_item": q, "compute_per_step": c, "main_cpu_per_step": u,
                     "serve_cpu_per_item": r, "startup_seconds": startup, "cache_kind": kind,
                     "cache_fraction": frac, "hit": prof.hit(), "hit_measured": prof.measured_hit is not None,
-                    "cpu_scale": prof.cpu_scale,
-                    "storage_bps_effective": storage_bps * prof.bw_scale,
+                    "reader_cpu_per_item": t, "cpu_scale": prof.cpu_scale, "overlap": prof.overlap,
+                    "reader_cpu_scale": prof.tax_scale,
+                    "storage_bps_effective": storage_bps * prof.bw_scale, "storage_bps": storage_bps,
+                    "bw_scale": prof.bw_scale, "prefetch": prof.prefetch,
                     "uncalibrated_as_is_seconds": raw_asis,
                     "as_is_seconds": prof.epoch_seconds(),
-                    "warm_seconds": prof.scenario(cache_frac=1.0, cache_kind="minio").epoch_seconds()}
+                    "warm_seconds": prof.scenario(cache_frac=1.0, cache_kind="minio",
+                                                  via_mount=False).epoch_seconds()}
+    dims, dtype = batch_shape(results)
+    if dims:
+        rep["job"]["batch_shape"], rep["job"]["batch_dtype"] = dims, dtype
+    apply_gpu(rep, prof, gpu, opts.get("gpu_rate"))
     if T_w is None and T_a is not None and compute_s is not None:
         # No warm rate measured (too few steps fit in memory): the split
         # comes from the model's epoch with every item a hit.
@@ -425,6 +490,66 @@ def analyze(opts, results, storage_bps, mount_stats):
         rep["split_from"] = "runs"
     rep["what_if"] = what_ifs(prof, opts.get("what_if", []), data_bytes)
     rep["advice"] = advice(prof, epoch or prof.epoch_seconds(), C, W)
+    return rep
+
+
+def apply_gpu(rep, prof, gpu, rate):
+    """The GPU in the model and the report: a probed GPU's ingestion (the
+    pinned copy and the normalizing kernel per batch) becomes a bound;
+    --gpu-rate sets the compute per step the what-ifs use (the breakdown
+    keeps what was measured here)."""
+    g = dict(gpu) if gpu else {"available": False, "reason": "not probed"}
+    if g.get("available") and g.get("h2d_pinned_s") is not None:
+        prof.ingest_per_step = g["h2d_pinned_s"] + (g.get("kernel_s") or 0.0)
+    if rate:
+        prof.compute_per_step = 1.0 / rate
+        g["modelled_steps_per_s"] = rate
+    rep["gpu"] = g
+    rep["model"]["model_compute_per_step"] = prof.compute_per_step
+    rep["model"]["ingest_per_step"] = prof.ingest_per_step
+
+
+def profile_from_report(rep):
+    """The calibrated model a report was made with (its "job" and "model"
+    sections), for new what-ifs without running the job again (--from)."""
+    j, m = rep.get("job") or {}, rep.get("model") or {}
+    need = ("prep_cpu_per_item", "compute_per_step", "storage_bps", "cache_fraction", "cache_kind")
+    if m.get("error") or any(k not in m for k in need) or not j.get("items_per_epoch"):
+        raise UsageError("the report holds no model to predict from (%s)"
+                         % (m.get("error") or "made by an older epochfs-analyze, or without a warm run"))
+    p = Profile(j["items_per_epoch"], j["steps_per_epoch"], j["bytes_per_item"],
+                m.get("model_compute_per_step", m["compute_per_step"]),
+                m["prep_cpu_per_item"], j["workers"], j["cpus"], m["storage_bps"], m["cache_fraction"],
+                m["cache_kind"], m.get("main_cpu_per_step", 0.0), m.get("serve_cpu_per_item", 0.0),
+                m.get("startup_seconds", 0.0), prefetch=bool(m.get("prefetch")),
+                reader_cpu_per_item=m.get("reader_cpu_per_item", 0.0),
+                ingest_per_step=m.get("ingest_per_step", 0.0))
+    if m.get("hit_measured"):
+        p.measured_hit = m["hit"]
+    p.cpu_scale = m.get("cpu_scale", 1.0)
+    p.bw_scale = m.get("bw_scale", 1.0)
+    p.overlap = m.get("overlap", 0.0)
+    p.tax_scale = m.get("reader_cpu_scale", 1.0)
+    return p
+
+
+def from_report(opts):
+    """--from FILE: the report again, with its what-ifs predicted anew."""
+    try:
+        with open(opts["from"]) as f:
+            rep = json.load(f)
+    except (OSError, ValueError) as e:
+        raise UsageError("--from %s: %s" % (opts["from"], e))
+    if not isinstance(rep, dict):
+        raise UsageError("--from %s: not an epochfs-analyze report" % opts["from"])
+    prof = profile_from_report(rep)
+    if opts.get("gpu_rate"):
+        prof.compute_per_step = 1.0 / opts["gpu_rate"]
+        rep.setdefault("gpu", {"available": False, "reason": "not probed"})["modelled_steps_per_s"] = opts["gpu_rate"]
+        rep["model"]["model_compute_per_step"] = prof.compute_per_step
+    j = rep["job"]
+    rep["what_if"] = what_ifs(prof, opts.get("what_if", []), j["bytes_per_item"] * j["items_per_epoch"])
+    rep["advice"] = advice(prof, rep.get("epoch_seconds") or prof.epoch_seconds(), j["cpus"], j["workers"])
     return rep
 
 
@@ -523,10 +648,26 @@ def text_report(rep):
     if mod.get("error"):
         L.append("what-if: %s" % mod["error"])
     else:
-        L.append("model: prep %.1f ms CPU per item, compute %.1f ms per step, hit %.2f (%s), "
-                 "effective storage %.1f MB/s; as-is %.2f s modelled"
-                 % (1e3 * mod["prep_cpu_per_item"], 1e3 * mod["compute_per_step"], mod["hit"],
-                    mod["cache_kind"], mod["storage_bps_effective"] / 1e6, mod["as_is_seconds"]))
+        L.append("model: prep %.1f ms CPU per item, reading %.1f ms more in the reader and %.1f ms in the "
+                 "daemon, compute %.1f ms per step, hit %.2f (%s), effective storage %.1f MB/s, %.0f%% of a "
+                 "miss overlapped; as-is %.2f s modelled"
+                 % (1e3 * mod["prep_cpu_per_item"] * mod.get("cpu_scale", 1.0),
+                    1e3 * mod.get("reader_cpu_per_item", 0.0) * mod.get("reader_cpu_scale", 1.0),
+                    1e3 * mod.get("serve_cpu_per_item", 0.0), 1e3 * mod["compute_per_step"], mod["hit"],
+                    mod["cache_kind"], mod["storage_bps_effective"] / 1e6, 100 * mod.get("overlap", 0.0),
+                    mod["as_is_seconds"]))
+        g = rep.get("gpu") or {}
+        if g.get("available"):
+            L.append("GPU: %s: a batch (%.1f MB) in %.2f ms pinned (%.1f GB/s), %.2f ms pageable (%.1f GB/s); "
+                     "the normalizing kernel %.0f batches/s"
+                     % (g.get("device_name"), g["bytes"] / 1e6, 1e3 * g["h2d_pinned_s"], g["h2d_pinned_gbps"],
+                        1e3 * g["h2d_pageable_s"], g["h2d_pageable_gbps"], g["kernel_batches_per_s"]))
+        elif g:
+            L.append("GPU: none here (%s)" % g.get("reason"))
+        if g.get("modelled_steps_per_s"):
+            L.append("     the what-ifs model the training step at %g steps/s (--gpu-rate)" % g["modelled_steps_per_s"])
+        elif g and not g.get("available"):
+            L.append("     the what-ifs take the compute measured here; --gpu-rate R models a GPU's steps/s")
         a = rep.get("advice")
         if a:
             L.append("most help: %s -> %.2f s per epoch (%.2fx)" % (a["change"], a["predicted_epoch_seconds"],
@@ -561,6 +702,13 @@ def main(argv=None):
     if opts == "version":
         print("epochfs-analyze %s" % epochfs.__version__)
         return 0
+    if opts.get("from"):
+        try:
+            rep = from_report(opts)
+        except UsageError as e:
+            sys.stderr.write("epochfs-analyze: %s\n" % e)
+            return 2
+        return _output(opts, rep)
     say = (lambda s: None) if opts["quiet"] else (lambda s: sys.stderr.write("epochfs-analyze: %s\n" % s))
     datadir = os.path.realpath(opts["datadir"])
     if not os.path.isdir(datadir):
@@ -605,10 +753,18 @@ def main(argv=None):
         if files:
             say("probing the storage's bandwidth (%d files, O_DIRECT)" % len(files))
             storage_bps = probe_storage(files)
-    rep = analyze(opts, results, storage_bps, stats)
+    rep = analyze(opts, results, storage_bps, stats, gpu_probe(results))
     if failed:
         rep["failed"] = "COMMAND exited %d in the %s run; the report holds what was measured before" % (
             failed[1], failed[0])
+    rc = _output(opts, rep)
+    if failed:
+        return failed[1]
+    return rc
+
+
+def _output(opts, rep):
+    """The report as text on stdout, and as --json / --plot asked."""
     sys.stdout.write(text_report(rep))
     if opts["json"]:
         with open(opts["json"], "w") as f:
@@ -621,8 +777,6 @@ def main(argv=None):
         except Exception as e:
             sys.stderr.write("epochfs-analyze: --plot %s: %s\n" % (opts["plot"], e))
             return 1
-    if failed:
-        return failed[1]
     return 0
 
 

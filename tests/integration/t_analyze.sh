@@ -49,7 +49,26 @@ assert len(asked) == 2, asked
 assert asked[0]["cache"] == 100.0 and asked[0]["workers"] == 2 and asked[0]["predicted_epoch_seconds"] > 0
 assert asked[1]["storage_mbps"] == 200.0 and asked[1]["prefetch"] == "on"
 assert any(w.get("cache_kind") == "pagecache" for w in r["what_if"])
+assert r["job"]["batch_shape"][0] == 8 and r["job"]["batch_dtype"], r["job"]   # recorded by the hook
+g = r["gpu"]
+assert g["available"] or g["reason"], g        # probed, or why not, in one line
+assert 0.0 <= r["model"]["overlap"] <= 1.0 and r["model"]["reader_cpu_per_item"] >= 0.0, r["model"]
 PYEOF
+grep -q "^GPU: " "$T/out" || fail "the report says nothing of the GPU: $(cat "$T/out")"
+# --from: new scenarios from the report, without running the job.
+"$AN" --from "$T/r.json" --what-if workers=1 --gpu-rate 1000 --json "$T/r2.json" > "$T/out2" 2> "$T/err" ||
+	fail "--from: $(cat "$T/err")"
+grep -q "1000 steps/s (--gpu-rate)" "$T/out2" || fail "--from --gpu-rate: $(cat "$T/out2")"
+$PY - "$T/r.json" "$T/r2.json" <<'PYEOF' || fail "the --from report: $(cat "$T/r2.json")"
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+asked = [w for w in b["what_if"] if w.get("requested")]
+assert len(asked) == 1 and asked[0]["workers"] == 1 and asked[0]["predicted_epoch_seconds"] > 0, asked
+assert b["epoch_seconds"] == a["epoch_seconds"] and b["model"]["model_compute_per_step"] == 0.001, b["model"]
+PYEOF
+"$AN" --from "$T/nope.json" > /dev/null 2> "$T/e"; [ $? = 2 ] && [ "$(wc -l < "$T/e")" = 1 ] ||
+	fail "--from a missing report: $(cat "$T/e")"
+ok "batch shape, GPU line, --from with --gpu-rate"
 $PY -c 'import sys, xml.etree.ElementTree as E; t = E.parse(sys.argv[1]); assert len([e for e in t.iter() if e.tag.endswith("path")]) >= 3' \
 	"$T/r.svg" || fail "the SVG plot"
 ok "three runs, breakdown and what-ifs in JSON, storage probed through SOURCE, SVG plot"

@@ -92,6 +92,56 @@ class Epoch(unittest.TestCase):
         self.assertAlmostEqual(p.cpu_scale, 1.2, places=6)
         self.assertAlmostEqual(p.scenario(cache_frac=1.0).epoch_seconds(), 6.0, places=6)
 
+    def test_reader_cost(self):
+        # t = 2 ms per item read through the mount: in full on the cores'
+        # bound (1,000 x 12 ms / 2 cores = 6 s at 2 workers); one worker on
+        # two cores pays half of it in its cycle (1,000 x 11 ms).
+        p = prof(cache_frac=1.0, reader_cpu_per_item=0.002)
+        self.assertAlmostEqual(p.epoch_seconds(), 6.0, places=6)
+        self.assertAlmostEqual(p.scenario(workers=1).epoch_seconds(), 11.0, places=6)
+        # Read from memory (the warm run): no mount costs.
+        self.assertAlmostEqual(p.scenario(via_mount=False).epoch_seconds(), 5.0, places=6)
+        # The daemon's CPU counts on the cores, not in a lone worker's cycle.
+        d = prof(cache_frac=1.0, serve_cpu_per_item=0.004)
+        self.assertAlmostEqual(d.epoch_seconds(), 7.0, places=6)
+        self.assertAlmostEqual(d.scenario(workers=1).epoch_seconds(), 10.0, places=6)
+
+    def test_overlap(self):
+        # One worker, half the data missed: 1,000 x (10 ms + 2 ms); with the
+        # whole transfer overlapped, the decode alone (the disk, 2 s, is not
+        # the bound).
+        p = prof(workers=1)
+        self.assertAlmostEqual(p.epoch_seconds(), 12.0, places=6)
+        self.assertAlmostEqual(p.scenario(overlap=1.0).epoch_seconds(), 10.0, places=6)
+        # The storage still bounds: at 1 MB/s the 50 MB take 50 s whatever overlaps.
+        self.assertAlmostEqual(p.scenario(overlap=1.0, storage_bps=1e6).epoch_seconds(), 50.0, places=6)
+
+    def test_calibrate_overlap_then_bandwidth_then_reader(self):
+        truth = prof(workers=1, reader_cpu_per_item=0.002)
+        truth.overlap = 0.5
+        measured = truth.epoch_seconds()
+        p = prof(workers=1, reader_cpu_per_item=0.002)
+        p.calibrate(asis_seconds=measured)
+        self.assertAlmostEqual(p.overlap, 0.5, places=4)
+        self.assertEqual((p.bw_scale, p.tax_scale), (1.0, 1.0))
+        # Slower than no overlap allows: the storage delivered less.
+        slow = prof(workers=1, reader_cpu_per_item=0.002, storage_bps=10e6).epoch_seconds()
+        p.calibrate(asis_seconds=slow)
+        self.assertEqual(p.overlap, 0.0)
+        self.assertAlmostEqual(p.bw_scale, 0.4, places=3)
+        # Faster than a full overlap allows: t was over-measured.
+        p.calibrate(asis_seconds=10.5)
+        self.assertEqual(p.overlap, 1.0)
+        self.assertAlmostEqual(p.tax_scale, 0.5, places=4)
+        self.assertAlmostEqual(p.epoch_seconds(), 10.5, places=4)
+
+    def test_solve_either_direction(self):
+        from epochfs._model import _solve
+        self.assertAlmostEqual(_solve(lambda x: 10 - x, 4.0, 0.0, 10.0), 6.0, places=6)
+        self.assertAlmostEqual(_solve(lambda x: 2 * x, 4.0, 0.0, 10.0), 2.0, places=6)
+        self.assertEqual(_solve(lambda x: 2 * x, 40.0, 0.0, 10.0), 10.0)
+        self.assertEqual(_solve(lambda x: 10 - x, 40.0, 0.0, 10.0), 0.0)
+
     def test_scenario_rejects_unknown(self):
         with self.assertRaises(KeyError):
             prof().scenario(colour=1)
@@ -163,6 +213,82 @@ class Report(unittest.TestCase):
         self.assertIsNone(analyze.per_epoch(w, 100))     # no rate from one step
         self.assertAlmostEqual(analyze.per_epoch({"seconds": 9.0, "steps": 200, "epochs_complete": 2},
                                                  100), 4.5)
+
+    def test_from_report(self):
+        import json
+        import os
+        import tempfile
+        rep = analyze.analyze({"what_if": [analyze.parse_what_if("cache=100%")]}, self.records(), 25e6,
+                              {"cache_capacity_bytes": 50e6})
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "r.json")
+            with open(path, "w") as f:
+                json.dump(rep, f)
+            o = analyze.parse_args(["--from", path, "--what-if", "cache=100%", "--what-if", "workers=1"])
+            again = analyze.from_report(o)
+            asked = [w for w in again["what_if"] if w.get("requested")]
+            self.assertEqual(len(asked), 2)
+            # The same calibrated model: the same prediction as the run's own.
+            first = [w for w in rep["what_if"] if w.get("requested")][0]
+            self.assertAlmostEqual(asked[0]["predicted_epoch_seconds"], first["predicted_epoch_seconds"], places=3)
+            self.assertEqual(again["epoch_seconds"], rep["epoch_seconds"])
+            with open(path, "w") as f:
+                f.write("{not json")
+            with self.assertRaises(analyze.UsageError):
+                analyze.from_report(o)
+            with open(path, "w") as f:
+                json.dump({"model": {"error": "no warm run"}, "job": {}}, f)
+            with self.assertRaises(analyze.UsageError):
+                analyze.from_report(o)
+        with self.assertRaises(analyze.UsageError):
+            analyze.parse_args(["--from", "r.json", "/d", "--", "x"])
+
+    GPU = {"available": True, "device_name": "Test GPU", "bytes": 9.6e6, "h2d_pinned_s": 0.1,
+           "h2d_pageable_s": 0.2, "h2d_pinned_gbps": 96.0, "h2d_pageable_gbps": 48.0, "kernel_s": 0.05,
+           "kernel_batches_per_s": 20.0}
+
+    def test_gpu_probed_is_a_bound(self):
+        # 100 steps x (0.1 s copy + 0.05 s kernel) = 15 s: the GPU's intake bounds.
+        rep = analyze.analyze({"what_if": [analyze.parse_what_if("cache=100%")]}, self.records(), 25e6,
+                              {"cache_capacity_bytes": 50e6}, gpu=self.GPU)
+        self.assertAlmostEqual(rep["model"]["ingest_per_step"], 0.15)
+        asked = [w for w in rep["what_if"] if w.get("requested")][0]
+        self.assertEqual(asked["bottleneck"], "ingest")
+        self.assertGreaterEqual(asked["predicted_epoch_seconds"], 15.0)
+        self.assertEqual(rep["epoch_seconds"], 8.0)           # the breakdown is what was measured
+        self.assertIn("GPU: Test GPU", analyze.text_report(rep))
+
+    def test_gpu_rate_models_the_compute(self):
+        rep = analyze.analyze({"what_if": [analyze.parse_what_if("cache=100%")], "gpu_rate": 2.0},
+                              self.records(), 25e6, {"cache_capacity_bytes": 50e6},
+                              gpu={"available": False, "reason": "no CUDA device"})
+        asked = [w for w in rep["what_if"] if w.get("requested")][0]
+        self.assertEqual(asked["bottleneck"], "compute")       # 100 steps x 0.5 s
+        self.assertAlmostEqual(asked["predicted_epoch_seconds"] - rep["model"]["startup_seconds"], 50.0, places=3)
+        self.assertAlmostEqual(rep["compute_seconds"], 0.49, places=6)   # measured, unchanged
+        text = analyze.text_report(rep)
+        self.assertIn("GPU: none here (no CUDA device)", text)
+        self.assertIn("2 steps/s (--gpu-rate)", text)
+        o = analyze.parse_args(["--gpu-rate", "4", "/d", "--", "x"])
+        self.assertEqual(o["gpu_rate"], 4.0)
+        for bad in ("0", "-1", "fast", "inf"):
+            with self.assertRaises(analyze.UsageError, msg=bad):
+                analyze.parse_args(["--gpu-rate", bad, "/d", "--", "x"])
+
+    def test_gpu_probe_without_a_gpu(self):
+        # No library or no device here: a reason, never an exception.
+        import os
+        old = os.environ.get("EPOCHFS_GPU_LIB")
+        os.environ["EPOCHFS_GPU_LIB"] = "/nonexistent/libepochfs_gpu.so"
+        try:
+            g = analyze.gpu_probe(self.records())
+        finally:
+            if old is None:
+                del os.environ["EPOCHFS_GPU_LIB"]
+            else:
+                os.environ["EPOCHFS_GPU_LIB"] = old
+        self.assertFalse(g["available"])
+        self.assertTrue(g["reason"])
 
     def test_no_loader(self):
         rep = analyze.analyze({}, {"as-is": (1, [])}, None, None)

@@ -46,6 +46,40 @@ if torch is not None:
 
 
 @unittest.skipIf(torch is None, "torch is not installed")
+class BatchShape(unittest.TestCase):
+    def test_first_tensor_like(self):
+        class T:
+            shape = (64, 3, 224, 224)
+            dtype = "torch.float32"
+        self.assertEqual(_timing._batch_shape([T(), [1, 2]]), ([64, 3, 224, 224], "float32"))
+        self.assertEqual(_timing._batch_shape({"image": T()}), ([64, 3, 224, 224], "float32"))
+        self.assertIsNone(_timing._batch_shape([1, 2]))
+
+
+class WarmSample(unittest.TestCase):
+    def test_spread_across_sizes_within_budget(self):
+        with tempfile.TemporaryDirectory() as d:
+            pool = []
+            for k in range(100):            # sizes 1..100 KB, in a shuffled order
+                size = ((k * 37) % 100 + 1) * 1000
+                path = os.path.join(d, "f%03d" % k)
+                with open(path, "wb") as f:
+                    f.write(b"x" * size)
+                pool.append((k, path))
+            got = _timing._sample_by_size(pool, 10, 1 << 30)
+            sizes = sorted(os.path.getsize(p) for _, p in got)
+            self.assertEqual(len(got), 10)
+            # One from each tenth of the sizes: the mean is the pool's.
+            self.assertEqual(sizes, [(10 * j + 6) * 1000 for j in range(10)])
+            self.assertEqual([i for i, _ in got], sorted(i for i, _ in got))   # the pool's order kept
+            # A budget for about half of them: fewer copies, still spread, within it.
+            few = _timing._sample_by_size(pool, 10, 300 * 1000)
+            self.assertLessEqual(sum(os.path.getsize(p) for _, p in few), 300 * 1000)
+            self.assertGreaterEqual(len(few), 4)
+            self.assertEqual(len(_timing._sample_by_size(pool, 10, 1)), 1)    # at least one
+            self.assertEqual(_timing._sample_by_size([], 10, 1 << 30), [])
+
+
 class Timing(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="epochfs-timing-")
@@ -121,11 +155,28 @@ class Timing(unittest.TestCase):
         # Only the replay batches were fetched; then steps cost compute only.
         self.assertEqual(len(ds.took), 2 * BATCH)
         self.assertLess(w["wait"], 0.1 * w["seconds"], w)
-        # Steps 3..12 of epoch 0 were replayed and measured.
+        # Steps 3..12 of epoch 0 were replayed and measured, and no more:
+        # the window stays in the epoch whose batches it replays.
+        self.assertEqual(w["steps"], ITEMS // BATCH - 2)
         body = sum(self.body[2:2 + w["steps"]])
         self.assertLess(abs(w["compute"] - body) / body, 0.05, (w, body))
         # The job's epochs still have their length.
         self.assertEqual(len(seen), 2 * ITEMS)
+
+    def test_compute_stops_the_workers(self):
+        # With workers, the replay batches taken, the workers are stopped:
+        # nothing more is prepared, and their memory is given back.
+        from unittest import mock
+        alive = []
+        stop = _timing.Timer._stop_workers
+
+        def spy(*its):
+            stop(*its)
+            for it in its:
+                alive.extend(w.is_alive() for w in getattr(it, "_workers", None) or [])
+        with mock.patch.object(_timing.Timer, "_stop_workers", staticmethod(spy)):
+            self.job("compute", workers=2, run_epochs=1, replay=2)
+        self.assertEqual(alive, [False, False])
 
     def test_warm_points_the_window_at_copies(self):
         _, recs, _ = self.job("warm", run_epochs=1, warm_bytes=20 * 1000)

@@ -41,7 +41,8 @@
 # STALL_ANALYZE_KEEP (a path prefix: keep the analyze configuration's JSON
 # reports there), STALL_ANALYZE_ARGS (more epochfs-analyze options, e.g.
 # --what-if), STALL_CACHE_PCT (the cache, and the memory beside the
-# pipeline, in % of D instead of 50), STALL_TRACE (a file: every 0.25 s, the device bytes and the mount's
+# pipeline, in % of D instead of 50), STALL_RAM_EACH (0: the ram configuration
+# only once per worker count, for the pipeline's memory), STALL_TRACE (a file: every 0.25 s, the device bytes and the mount's
 # counters, to see when the disk idles).
 set -eu
 cd "$(dirname "$0")/../.."
@@ -98,6 +99,7 @@ DEVNO="$((dev >> 8)):$((dev & 255))"
 [ -e "/sys/dev/block/$DEVNO/partition" ] && DEVNO=$(cat "/sys/dev/block/$DEVNO/../dev")
 
 in_cg() { sh -c 'for g in $0; do echo $$ > "$g/cgroup.procs"; done; exec "$@"' "$CGS" "$@"; }
+in_cg_io() { sh -c 'for g in $0; do echo $$ > "$g/cgroup.procs"; done; exec "$@"' "$BLKCG $CPUCG" "$@"; }
 cg_cpu_ns() { if [ -n "$CPUCG" ]; then cat "$CPUCG/cpuacct.usage"; else echo 0; fi; }
 throttle() { echo "$DEVNO ${1:-0}" > "$BLKCG/blkio.throttle.read_bps_device"; }
 limit() { echo "${1:--1}" > "$MEMCG/memory.limit_in_bytes"; }
@@ -199,7 +201,7 @@ for workers in $WORKERSS; do
 			# All in RAM again beside each run: this machine's speed
 			# moves by 15% over minutes (CPU-seconds per epoch too), so a
 			# ratio to a RAM epoch measured once at the start is noise.
-			if [ -z "$first" ] && [ -d "$SHM" ]; then
+			if [ -z "$first" ] && [ -d "$SHM" ] && [ "${STALL_RAM_EACH:-1}" = 1 ]; then
 				limit -1; throttle 0
 				job "ram/w$workers" "$SHM" "$workers"
 			fi
@@ -233,9 +235,15 @@ for workers in $WORKERSS; do
 				drop
 				mount_ep --cache-size "$CACHE_B"
 				an="$W/analyze-${tag//\//-}-$run"
+				# The analyzer's own process is in the blkio and cpuacct groups
+				# (its storage probe sees the throttle) but not the memory
+				# one: the job gets the memory the direct runs got, and the
+				# analyzer's own 14 MiB (8 anonymous) do not squeeze it (its /dev/shm
+				# copies are the job's and count).
 				# shellcheck disable=SC2086
-				EPOCHFS_PYTHON=$PY in_cg "$BUILD/epochfs-analyze" -q --json "$an.json" ${STALL_ANALYZE_ARGS:-} \
-					"$W/mnt" -- $PY tools/bench/tv_train.py "$W/mnt" --workers "$workers" \
+				EPOCHFS_PYTHON=$PY in_cg_io "$BUILD/epochfs-analyze" -q --json "$an.json" ${STALL_ANALYZE_ARGS:-} \
+					"$W/mnt" -- sh -c 'echo $$ > "$0/cgroup.procs"; exec "$@"' "$MEMCG" \
+					$PY tools/bench/tv_train.py "$W/mnt" --workers "$workers" \
 					--epochs "$EPOCHS" > "$an.txt" 2>&1 ||
 					echo "stalls: epochfs-analyze failed: $(tail -3 "$an.txt")" >&2
 				sed 's/^/  analyze: /' "$an.txt"

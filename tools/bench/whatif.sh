@@ -9,7 +9,10 @@
 # The target: every error within 15% (docs/analyze.md).
 #
 # Environment: WHATIF_CACHES ("25 50 100"), WHATIF_WORKERS ("1 4"),
-# WHATIF_MBPS ("25 100"), WHATIF_RUNS (1: medians over runs), WHATIF_KEEP
+# WHATIF_MBPS ("25 100"), WHATIF_RUNS (1: medians over runs), WHATIF_ANALYZE
+# (3: analyze runs; each scenario's prediction is their median), WHATIF_EPOCHS
+# (4: each configuration's epochs, >= 1 count; the analyze run measures
+# epochs 1 and 2 as they are), WHATIF_KEEP
 # (a directory: the measured rows and the report are kept there),
 # WHATIF_REUSE (a directory kept before: its measured rows are compared
 # with a new analyze run, nothing else is run again), and part 7's STALL_*
@@ -20,6 +23,7 @@ CACHES=${WHATIF_CACHES:-25 50 100}
 WORKERS=${WHATIF_WORKERS:-1 4}
 MBPS=${WHATIF_MBPS:-25 100}
 RUNS=${WHATIF_RUNS:-1}
+export STALL_EPOCHS=${WHATIF_EPOCHS:-4}
 W=$(mktemp -d /tmp/epochfs-whatif.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 
@@ -30,11 +34,11 @@ for c in $CACHES; do for w in $WORKERS; do for m in $MBPS; do
 done; done; done
 echo "== part 8: epochfs-analyze's predictions against measured epochs"
 # The one analyze run: cache 50%, 2 workers, 25 MB/s (26214400 B/s, as part 7).
-STALL_RUNS=1 STALL_WORKERS=2 STALL_BPS=26214400 STALL_CACHE_PCT=50 STALL_CONFIGS="ram analyze" \
-	STALL_ANALYZE_KEEP="$W/an" STALL_ANALYZE_ARGS="${asks[*]}" STALL_ROWS="$W/an-rows" \
-	bash tools/bench/stalls.sh | grep -E "analyze: (epoch|  |model|most|storage)" || true
-REPORT=$(ls "$W"/an-*.json 2>/dev/null | head -1)
-[ -n "$REPORT" ] || { echo "whatif: the analyze run left no report" >&2; exit 1; }
+STALL_RUNS=${WHATIF_ANALYZE:-3} STALL_RAM_EACH=0 STALL_WORKERS=2 STALL_BPS=26214400 STALL_CACHE_PCT=50 STALL_CONFIGS="ram analyze" \
+	STALL_ANALYZE_KEEP="$W/an" STALL_ANALYZE_ARGS="--epochs 2 ${asks[*]}" STALL_ROWS="$W/an-rows" \
+	bash tools/bench/stalls.sh | grep -E "analyze: (epoch|  |model|most|storage|mount|GPU)" || true
+REPORTS=("$W"/an-*.json)
+[ -f "${REPORTS[0]}" ] || { echo "whatif: the analyze run left no report" >&2; exit 1; }
 : > "$W/rows"
 [ -n "${WHATIF_REUSE:-}" ] && cp "$WHATIF_REUSE/rows" "$W/rows"
 for c in $CACHES; do
@@ -42,27 +46,31 @@ for c in $CACHES; do
 	bps=""
 	for m in $MBPS; do bps="$bps $((m * 1048576))"; done
 	STALL_RUNS=$RUNS STALL_WORKERS="$WORKERS" STALL_BPS="${bps# }" STALL_CACHE_PCT=$c \
-		STALL_CONFIGS="ram epochfs" STALL_ROWS="$W/rows-$c" bash tools/bench/stalls.sh > "$W/log-$c" 2>&1 ||
+		STALL_CONFIGS="ram epochfs" STALL_RAM_EACH=0 STALL_ROWS="$W/rows-$c" bash tools/bench/stalls.sh > "$W/log-$c" 2>&1 ||
 		{ echo "whatif: part 7 at cache $c% failed: $(tail -3 "$W/log-$c")" >&2; exit 1; }
 	sed "s/^epochfs@/epochfs-c$c@/" "$W/rows-$c" >> "$W/rows"
 done
 if [ -n "${WHATIF_KEEP:-}" ]; then
-	mkdir -p "$WHATIF_KEEP" && cp "$W/rows" "$REPORT" "$WHATIF_KEEP/"
+	mkdir -p "$WHATIF_KEEP" && cp "$W/rows" "${REPORTS[@]}" "$WHATIF_KEEP/"
 fi
-python3 - "$W/rows" "$REPORT" <<'PY'
+python3 - "$W/rows" "${REPORTS[@]}" <<'PY'
 import collections, json, statistics, sys
 rows = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     f = line.split()
     if int(f[1]) >= 1 and f[0].startswith("epochfs-c"):
         rows[f[0]].append(float(f[2]))
-rep = json.load(open(sys.argv[2]))
-pred = {}
-for w in rep.get("what_if", []):
-    if w.get("requested"):
-        pred[(round(w["cache"]), w["workers"], round(w["storage_mbps"] * 1e6 / 1048576))] = w
-print("predicted from one analyze run at cache 50%%, 2 workers, 25 MB/s (epoch %.2f s measured there)"
-      % rep["epoch_seconds"])
+reps = [json.load(open(p)) for p in sys.argv[2:]]
+preds = collections.defaultdict(list)
+for rep in reps:
+    for w in rep.get("what_if", []):
+        if w.get("requested"):
+            preds[(round(w["cache"]), w["workers"], round(w["storage_mbps"] * 1e6 / 1048576))].append(w)
+pred = {k: dict(sorted(v, key=lambda w: w["predicted_epoch_seconds"])[len(v) // 2],
+                predicted_epoch_seconds=statistics.median(w["predicted_epoch_seconds"] for w in v))
+        for k, v in preds.items()}
+print("predicted from %d analyze run(s) at cache 50%%, 2 workers, 25 MB/s (median of the predictions; "
+      "epochs measured there: %s s)" % (len(reps), ", ".join("%.2f" % r["epoch_seconds"] for r in reps)))
 print("%6s %8s %8s %10s %10s %8s  %s" % ("cache", "workers", "MB/s", "measured", "predicted", "error",
                                           "bound"))
 errs = []
