@@ -225,8 +225,8 @@ class Profile:
                 b = warm.parts()[1]
                 cpu_side = max(b["cpu"], b["pipeline"])
                 if cpu_side >= b["compute"] and cpu_side > 0:
-                    # The CPU side is linear in the scale (the MVA's times
-                    # are), so one step is exact; a second absorbs rounding.
+                    # The CPU side is nearly linear in the scale (the main
+                    # process's CPU is not scaled): a second step closes the rest.
                     for _ in range(2):
                         b = self.scenario(cache_frac=1.0, cache_kind="minio", nodes=1,
                                           via_mount=False).parts()[1]
