@@ -31,6 +31,13 @@ miss's transfer with its own decoding (the kernel's readahead delivers the
 rest of a file while the first part decodes): the cycle's storage demand
 is (1 - phi) * m, the storage's own bound stays N*m.
 
+More workers than cores cost more CPU per item than fewer (the cores
+switch between more processes, their caches hold less of each, and every
+worker's batches wait longer in memory): q and t are multiplied by
+1 + k * (W - C) / C for W > C. k is fitted to the crowd run (the warm run
+with twice as many workers as cores, where memory allows); without one, k
+is 0.
+
 With prefetch (the order told, epochfs-run), storage waits leave the
 workers' cycle and overlap everything: X is the CPU-only network's, and
 the storage bound N*m remains. Without workers, the main process prepares
@@ -50,7 +57,8 @@ the MinIO cache alone); a scenario that changes the cache or the nodes
 uses the rules above. Anchors, from the runs measured (calibrate()): the
 CPU side (q scaled) from the warm run, which reads from memory and pays no
 mount costs; t from the as-is run's worker CPU per item minus the warm
-run's; then phi, the storage bandwidth being the one probed, so the model
+run's; k from the crowd run (the CPU side fitted again after it when
+the job itself has more workers than cores); then phi, the storage bandwidth being the one probed, so the model
 gives the measured as-is epoch. An as-is epoch slower than phi = 0 allows
 lowers the bandwidth instead (B_eff < B: the storage delivered less than
 its probe); one faster than phi = 1 allows scales t down. A scenario's
@@ -157,6 +165,7 @@ class Profile:
         self.measured_hit = None    # the hit ratio the as-is run saw, while the cache is as it was
         self.bw_scale = 1.0         # B_eff / B probed (calibrate())
         self.cpu_scale = 1.0        # measured / modelled CPU-side time (calibrate())
+        self.crowd = 0.0            # k: CPU per item grows by k * (W - C) / C past C workers
 
     def scenario(self, **kw):
         """A copy with the scenario's keys changed: cache (fraction of D),
@@ -188,12 +197,13 @@ class Profile:
         bw = self.storage_bps * self.bw_scale
         m = (1.0 - self.hit()) * self.bytes_per_item / bw / jobs if bw > 0 else float("inf")
         m_seen = m * (1.0 - self.overlap)
-        q = self.prep_cpu_per_item * self.cpu_scale / jobs
-        t = self.reader_cpu_per_item * self.tax_scale if self.via_mount else 0.0
+        cores = max(1e-9, self.cores)
+        crowd = 1.0 + self.crowd * max(0.0, self.workers - cores) / cores
+        q = self.prep_cpu_per_item * self.cpu_scale * crowd / jobs
+        t = self.reader_cpu_per_item * self.tax_scale * crowd if self.via_mount else 0.0
         r = self.serve_cpu_per_item if self.via_mount else 0.0
         c = self.compute_per_step
         N, S = self.items, self.steps
-        cores = max(1e-9, self.cores)
         cpu_total = (S * self.main_cpu_per_step * jobs + N * (q + t + r) * jobs) / cores
         bounds = {"compute": S * c, "cpu": cpu_total, "storage": N * m}
         if self.ingest_per_step > 0:
@@ -213,11 +223,9 @@ class Profile:
     def epoch_seconds(self):
         return self.parts()[0]
 
-    def calibrate(self, warm_seconds=None, asis_seconds=None):
-        """Anchors the model to the runs measured: the CPU side to the warm
-        run (all hits, no mount costs), then the overlap phi (else the
-        storage bandwidth, else t's scale) to the as-is run. Returns
-        (cpu_scale, bw_scale, overlap, tax_scale)."""
+    def _fit_cpu(self, warm_seconds):
+        """cpu_scale: the model's epoch with every item a hit and nothing
+        read through the mount is the warm run's."""
         if warm_seconds:
             warm = self.scenario(cache_frac=1.0, cache_kind="minio", nodes=1, via_mount=False)
             got = warm.epoch_seconds()
@@ -235,6 +243,27 @@ class Profile:
                             break
                         self.cpu_scale = max(0.2, min(5.0, self.cpu_scale * (warm_seconds - self.startup)
                                                       / cpu_side))
+
+    def calibrate(self, warm_seconds=None, asis_seconds=None, crowd=None):
+        """Anchors the model to the runs measured: the CPU side to the warm
+        run (all hits, no mount costs), k to the crowd run (CROWD: its
+        (workers, epoch seconds)), then the overlap phi (else the storage
+        bandwidth, else t's scale) to the as-is run. Returns (cpu_scale,
+        bw_scale, overlap, tax_scale)."""
+        self._fit_cpu(warm_seconds)
+        if warm_seconds and crowd and crowd[0] > max(self.workers, self.cores) and crowd[1]:
+            w2, t2 = crowd
+
+            def warm_at(k):
+                return self.scenario(cache_frac=1.0, cache_kind="minio", nodes=1, via_mount=False,
+                                     workers=w2, crowd=k).epoch_seconds()
+            # A job crowded itself (W > C) had k in its warm run too: the
+            # two fits alternate until they agree.
+            for _ in range(30 if self.workers > self.cores else 1):
+                self.crowd = _solve(warm_at, t2, 0.0, 2.0)
+                if self.workers <= self.cores:
+                    break
+                self._fit_cpu(warm_seconds)
         if asis_seconds:
             self.overlap, self.bw_scale, self.tax_scale = 0.0, 1.0, 1.0
             if self.scenario(overlap=1.0).epoch_seconds() > asis_seconds:

@@ -21,6 +21,12 @@ loader's workers and ends the process with status 0:
            step is compute and preparation (a dataset that cannot be
            pointed gets those files read into the page cache, and only
            their steps measured);
+  crowd    the warm run again, with the loader given WORKERS workers
+           (twice the CPUs, asked by epochfs-analyze) instead of its own:
+           what workers beyond the cores cost each item's preparation. Only
+           a loader that has workers is changed (one without runs in the
+           main process), and only as far as WORKER_BYTES each (the warm
+           run's measure) fit in half the memory free then;
   compute  the first REPLAY batches are taken from the loader, unmeasured,
            and its workers stopped; then every step of that epoch is
            handed one of them again, so nothing is fetched or prepared:
@@ -267,11 +273,16 @@ class Timer:
     module's text). Built from the environment by from_env()."""
 
     def __init__(self, out, mode="as-is", warmup=0, epochs=1, steps=0, warm_bytes=0,
-                 replay=2, mount=None, exit_when_done=True):
-        if mode not in ("as-is", "warm", "compute"):
+                 replay=2, mount=None, exit_when_done=True, workers=0, worker_bytes=0):
+        if mode not in ("as-is", "warm", "compute", "crowd"):
             raise ValueError("unknown mode %r" % mode)
         self.out = out
+        self.crowd = mode == "crowd"            # a warm run with WORKERS workers
+        mode = "warm" if self.crowd else mode
         self.mode = mode
+        self.workers = workers if self.crowd else 0
+        self.worker_bytes = worker_bytes
+        self.workers_asked = None               # the loader's own workers (crowd)
         self.warmup = warmup if mode == "as-is" else 0
         self.epochs = epochs
         self.steps = steps
@@ -299,7 +310,9 @@ class Timer:
                    int(env.get("EPOCHFS_ANALYZE_STEPS", "0")),
                    int(env.get("EPOCHFS_ANALYZE_WARM_BYTES", "0")),
                    int(env.get("EPOCHFS_ANALYZE_REPLAY", "2")),
-                   env.get("EPOCHFS_ANALYZE_MOUNT") or None)
+                   env.get("EPOCHFS_ANALYZE_MOUNT") or None,
+                   workers=int(env.get("EPOCHFS_ANALYZE_WORKERS", "0")),
+                   worker_bytes=int(env.get("EPOCHFS_ANALYZE_WORKER_BYTES", "0")))
 
     # ---- records ----------------------------------------------------------
 
@@ -316,8 +329,28 @@ class Timer:
     def _mine(self, loader):
         if self.loader is None:
             self.loader = weakref.ref(loader)
+            if self.crowd:
+                self._crowd(loader)
             self._start_record(loader)
         return self.loader() is loader
+
+    def _crowd(self, loader):
+        """crowd mode, before the loader's first iterator reads its worker
+        count: WORKERS workers instead of the loader's own, as many of the
+        extra ones as fit in half the memory free now at WORKER_BYTES each
+        (none: the loader is left as it is, and the record says so)."""
+        asked = getattr(loader, "num_workers", 0) or 0
+        self.workers_asked = asked
+        if asked <= 0 or self.workers <= asked:
+            return
+        target = self.workers
+        if self.worker_bytes > 0:
+            target = min(target, asked + int(mem_room() * 0.5 // self.worker_bytes))
+        if target > asked:
+            try:
+                loader.num_workers = target
+            except (AttributeError, ValueError):
+                pass
 
     def _start_record(self, loader):
         try:
@@ -342,7 +375,8 @@ class Timer:
             cpus = len(os.sched_getaffinity(0))
         except (AttributeError, OSError):
             cpus = os.cpu_count() or 1
-        self._write({"ev": "start", "mode": self.mode, "workers": getattr(loader, "num_workers", 0),
+        self._write({"ev": "start", "mode": "crowd" if self.crowd else self.mode,
+                     "workers": getattr(loader, "num_workers", 0), "workers_asked": self.workers_asked,
                      "batch_size": getattr(loader, "batch_size", None), "steps_per_epoch": steps,
                      "items_per_epoch": items, "dataset_items": n or None,
                      "dataset": type(loader.dataset).__name__, "mapped": resolve is not None,
@@ -500,6 +534,12 @@ class Timer:
         cur["items"] += n if n is not None else (getattr(self.loader(), "batch_size", None) or 1)
         if self.win is not None and cur["measured"]:
             self.win["steps"] += 1
+            if self.win["steps"] % 16 == 1:
+                # A worker's memory, at its largest seen (the workers are
+                # gone once an epoch ends): what one more would need.
+                m = self._worker_anon(it)
+                if m is not None:
+                    self.win["worker_anon"] = max(m, self.win.get("worker_anon") or 0)
             if self.win["steps"] == self.win["skip"]:
                 # The first batches come out of the workers together, one
                 # each: past them, the loader runs at its steady rate.
@@ -509,6 +549,22 @@ class Timer:
         return batch
 
     # ---- the window -------------------------------------------------------
+
+    @staticmethod
+    def _worker_anon(it):
+        """The mean anonymous memory (RssAnon) of IT's worker processes,
+        bytes, or None: what one more worker would need."""
+        got = []
+        for w in getattr(it, "_workers", None) or []:
+            pid = getattr(w, "pid", None)
+            try:
+                with open("/proc/%d/status" % pid) as f:
+                    for line in f:
+                        if line.startswith("RssAnon:"):
+                            got.append(int(line.split()[1]) * 1024)
+            except (OSError, TypeError, ValueError):
+                pass
+        return sum(got) / len(got) if got else None
 
     def _cpu_now(self, it):
         t = os.times()
@@ -588,7 +644,8 @@ class Timer:
         st0 = win.get("steady_t0")
         steady = {"steady_seconds": now - st0, "steady_steps": steps - win["skip"],
                   "startup_seconds": st0 - win["t0"]} if st0 is not None and steps > win["skip"] else {}
-        self._write({"ev": "window", "mode": self.mode, "complete": complete, "seconds": secs,
+        self._write({"ev": "window", "mode": "crowd" if self.crowd else self.mode, "complete": complete,
+                     "seconds": secs, "worker_anon_bytes": win.get("worker_anon"),
                      "wait": wait, "compute": secs - wait, "steps": steps, "items": items,
                      "epochs_complete": len(eps), "worker_cpu": worker_cpu,
                      "main_cpu": cpu1["self"] - cpu0["self"],

@@ -3,11 +3,14 @@
 
 Where a training job's time goes, and what more cache, workers, cores,
 storage bandwidth, nodes, prefetch or shared prep would buy. COMMAND runs
-unchanged, three times, each for a bounded window (the job is stopped once
-its window is measured):
+unchanged, up to four times, each for a bounded window (the job is stopped
+once its window is measured):
   as-is    as it is (the first --warmup epochs unmeasured: caches fill);
   warm     the window's files read into memory first: no fetch stall;
-  compute  batches taken once and handed again: no fetch, no prep.
+  compute  batches taken once and handed again: no fetch, no prep;
+  crowd    warm, with twice as many DataLoader workers as CPUs, for one
+           epoch (or --steps): what workers beyond the cores cost. Only
+           when the job has workers, fewer than that, and memory for more.
 The first PyTorch DataLoader the job iterates is the one measured. DATADIR
 is the directory its files are under: an epochfs mount (its counters are
 read) or any directory (native).
@@ -19,7 +22,7 @@ options:
   --warm-mb N        at most N MiB of the job's files copied to memory for
                      the warm run (default 256; never over a quarter of the
                      memory free when the job starts)
-  --runs LIST        which runs, of as-is,warm,compute (default all three)
+  --runs LIST        which runs, of as-is,warm,compute,crowd (default all)
   --order            the as-is run tells the mount its order (as epochfs-run)
   --what-if K=V,...  a scenario to predict (repeatable); keys: cache (% of
                      the data, or bytes with K/M/G), workers, cores,
@@ -51,7 +54,7 @@ from . import _mounts
 from ._model import Profile
 from ._timing import mem_room
 
-MODES = ("as-is", "warm", "compute")
+MODES = ("as-is", "warm", "compute", "crowd")
 WHAT_IF_KEYS = ("cache", "workers", "cores", "storage", "nodes", "jobs", "prefetch")
 
 
@@ -194,14 +197,20 @@ def read_records(path):
     return recs
 
 
-def run_mode(opts, mode, mount, env0, say):
+def run_mode(opts, mode, mount, env0, say, crowd=None):
+    """Runs COMMAND once in MODE; CROWD: (workers, bytes per worker) for the
+    crowd run. Returns (exit status, the timer's records)."""
     fd, out = tempfile.mkstemp(prefix="epochfs-analyze-", suffix=".jsonl")
     os.close(fd)
     env = dict(env0)
     env.update({"EPOCHFS_ANALYZE_OUT": out, "EPOCHFS_ANALYZE_MODE": mode,
                 "EPOCHFS_ANALYZE_WARMUP": str(opts["warmup"] if mode == "as-is" else 0),
-                "EPOCHFS_ANALYZE_EPOCHS": str(opts["epochs"]), "EPOCHFS_ANALYZE_STEPS": str(opts["steps"]),
+                "EPOCHFS_ANALYZE_EPOCHS": str(1 if mode == "crowd" else opts["epochs"]),
+                "EPOCHFS_ANALYZE_STEPS": str(opts["steps"]),
                 "EPOCHFS_ANALYZE_WARM_BYTES": str(opts["warm_mb"] << 20)})
+    if crowd:
+        env["EPOCHFS_ANALYZE_WORKERS"] = str(crowd[0])
+        env["EPOCHFS_ANALYZE_WORKER_BYTES"] = str(int(crowd[1] or 0))
     if mount:
         env["EPOCHFS_ANALYZE_MOUNT"] = mount
     if mode == "as-is" and opts["order"]:
@@ -295,6 +304,23 @@ def probe_storage(paths, seconds=4.0, threads=4):
 
 # ---- from records to a breakdown ----------------------------------------------
 
+def crowd_workers(results):
+    """(workers, bytes per worker) for the crowd run, from the runs before
+    it, or (None, why not)."""
+    start = None
+    for m in MODES:
+        start = start or _first((results.get(m) or (0, []))[1], "start")
+    if start is None:
+        return None, "no run before it saw the job's DataLoader"
+    w, c = start.get("workers") or 0, start.get("cpus") or 1
+    if w <= 0:
+        return None, "the DataLoader has no workers (it prepares in the main process)"
+    if w >= 2 * c:
+        return None, "the job has %d workers already, twice the %d CPUs or more" % (w, c)
+    warm = _first((results.get("warm") or (0, []))[1], "window") or {}
+    return (2 * c, warm.get("worker_anon_bytes")), None
+
+
 def _first(recs, ev):
     for r in recs:
         if r.get("ev") == ev:
@@ -387,6 +413,12 @@ def analyze(opts, results, storage_bps, mount_stats, gpu=None):
                                                                     "measured", "complete")} for e in seen]}
     T_a = per_epoch(asis, S)
     T_w = per_epoch(warm, S)
+    crowd = None            # (workers, steady seconds per epoch) of the crowd run, when it had more workers
+    cstart, cwin = _first((results.get("crowd") or (0, []))[1], "start"), wins.get("crowd") or {}
+    if cstart and (cstart.get("workers") or 0) > W and cwin.get("steady_steps", 0) >= 2 and S:
+        # Its steady rate only: more workers take longer to start, which a
+        # short epoch would count as their cost per item.
+        crowd = (cstart["workers"], cwin["steady_seconds"] / cwin["steady_steps"] * S)
     c = (comp["compute"] / comp["steps"]) if comp and comp.get("steps") else None
     if c is None and warm and warm.get("steps"):
         c = warm["compute"] / warm["steps"]          # no compute run: the warm run's non-wait time
@@ -459,11 +491,12 @@ def analyze(opts, results, storage_bps, mount_stats, gpu=None):
     if frac_seen is not None:
         prof.measured_hit = max(0.0, min(1.0, 1.0 - frac_seen))
     raw_asis = prof.epoch_seconds()
-    prof.calibrate(T_w, T_a)
+    prof.calibrate(T_w, T_a, crowd and (crowd[0], crowd[1] + startup))
     rep["model"] = {"prep_cpu_per_item": q, "compute_per_step": c, "main_cpu_per_step": u,
                     "serve_cpu_per_item": r, "startup_seconds": startup, "cache_kind": kind,
                     "cache_fraction": frac, "hit": prof.hit(), "hit_measured": prof.measured_hit is not None,
                     "reader_cpu_per_item": t, "cpu_scale": prof.cpu_scale, "overlap": prof.overlap,
+                    "crowd": prof.crowd, "crowd_workers": crowd[0] if crowd else None,
                     "reader_cpu_scale": prof.tax_scale,
                     "storage_bps_effective": storage_bps * prof.bw_scale, "storage_bps": storage_bps,
                     "bw_scale": prof.bw_scale, "prefetch": prof.prefetch,
@@ -530,6 +563,7 @@ def profile_from_report(rep):
     p.bw_scale = m.get("bw_scale", 1.0)
     p.overlap = m.get("overlap", 0.0)
     p.tax_scale = m.get("reader_cpu_scale", 1.0)
+    p.crowd = m.get("crowd", 0.0)
     return p
 
 
@@ -656,6 +690,10 @@ def text_report(rep):
                     1e3 * mod.get("serve_cpu_per_item", 0.0), 1e3 * mod["compute_per_step"], mod["hit"],
                     mod["cache_kind"], mod["storage_bps_effective"] / 1e6, 100 * mod.get("overlap", 0.0),
                     mod["as_is_seconds"]))
+        if mod.get("crowd_workers"):
+            L.append("       %d workers on %g CPUs: %.0f%% more CPU per item than %g or fewer (the crowd run)"
+                     % (mod["crowd_workers"], j["cpus"], 100 * mod["crowd"] * (mod["crowd_workers"] - j["cpus"])
+                        / j["cpus"], j["cpus"]))
         g = rep.get("gpu") or {}
         if g.get("available"):
             L.append("GPU: %s: a batch (%.1f MB) in %.2f ms pinned (%.1f GB/s), %.2f ms pageable (%.1f GB/s); "
@@ -731,7 +769,13 @@ def main(argv=None):
     results, failed = {}, None
     try:
         for mode in opts["runs"]:
-            rc, recs = run_mode(opts, mode, mount, env, say)
+            crowd = None
+            if mode == "crowd":
+                crowd, why = crowd_workers(results)
+                if crowd is None:
+                    say("no crowd run: %s" % why)
+                    continue
+            rc, recs = run_mode(opts, mode, mount, env, say, crowd)
             results[mode] = (rc, recs)
             if rc != 0:
                 failed = (mode, rc)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # epochfs-analyze over a real mount with an unmodified torchvision job: its
-# options (bad ones refused with one line and status 2), the three runs and
+# options (bad ones refused with one line and status 2), the four runs and
 # the JSON schema (the breakdown, the mount's counters, the storage probed
 # through the daemon's SOURCE, every requested what-if answered), the SVG
 # plot, and a COMMAND that fails: its status passes through and the report
@@ -39,7 +39,11 @@ r = json.load(open(sys.argv[1]))
 for k in ("epoch_seconds", "compute_seconds", "prep_stall_seconds", "fetch_stall_seconds"):
     assert isinstance(r[k], float) and r[k] >= 0, k
 assert r["epoch_seconds"] > 0
-assert set(r["measured"]) == {"as-is", "warm", "compute"}, r["measured"]
+# The job has 1 worker: the crowd run gives it twice the CPUs (when they fit in memory).
+assert set(r["measured"]) == {"as-is", "warm", "compute", "crowd"}, r["measured"]
+cw = r["model"]["crowd_workers"]
+assert cw is None or cw == 2 * r["job"]["cpus"], r["model"]
+assert r["model"]["crowd"] >= 0.0 and (cw or r["model"]["crowd"] == 0.0), r["model"]
 assert r["job"]["items_per_epoch"] == 96 and r["job"]["steps_per_epoch"] == 12, r["job"]
 assert r["storage_mbps_probed"] > 0, "storage not probed"
 assert r["mount"]["storage_bytes_per_epoch"] >= 0
@@ -71,7 +75,7 @@ PYEOF
 ok "batch shape, GPU line, --from with --gpu-rate"
 $PY -c 'import sys, xml.etree.ElementTree as E; t = E.parse(sys.argv[1]); assert len([e for e in t.iter() if e.tag.endswith("path")]) >= 3' \
 	"$T/r.svg" || fail "the SVG plot"
-ok "three runs, breakdown and what-ifs in JSON, storage probed through SOURCE, SVG plot"
+ok "four runs (crowd: 2x CPUs workers), breakdown and what-ifs in JSON, storage probed through SOURCE, SVG plot"
 
 "$AN" -q --storage-mbps 50 "$T/m" -- sh -c 'exit 5' > "$T/out" 2>&1; rc=$?
 [ $rc = 5 ] || fail "a failing COMMAND: exit $rc, expected 5"

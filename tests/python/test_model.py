@@ -135,6 +135,41 @@ class Epoch(unittest.TestCase):
         self.assertAlmostEqual(p.tax_scale, 0.5, places=4)
         self.assertAlmostEqual(p.epoch_seconds(), 10.5, places=4)
 
+    def test_crowd(self):
+        # k = 0.2: 4 workers on 2 cores cost 1 + 0.2 x (4 - 2) / 2 = 1.2x
+        # the CPU per item (1,000 x 12 ms / 2 = 6 s); 2 workers or fewer, nothing.
+        p = prof(cache_frac=1.0)
+        p.crowd = 0.2
+        self.assertAlmostEqual(p.epoch_seconds(), 5.0, places=6)
+        self.assertAlmostEqual(p.scenario(workers=4).epoch_seconds(), 6.0, places=6)
+        self.assertAlmostEqual(p.scenario(workers=3).epoch_seconds(), 5.5, places=6)
+        # The mount's cost in the reader grows with it; the daemon's does not.
+        t = prof(cache_frac=1.0, reader_cpu_per_item=0.002, serve_cpu_per_item=0.002, workers=4)
+        t.crowd = 0.2
+        self.assertAlmostEqual(t.epoch_seconds(), 1000 * (0.012 * 1.2 + 0.002) / 2, places=6)
+
+    def test_calibrate_crowd(self):
+        # The warm run at 2 workers took 6 s (cpu_scale 1.2); the crowd run
+        # at 4 workers 6.6 s: k = 0.1, and 4 workers are predicted at 6.6 s.
+        p = prof()
+        p.calibrate(warm_seconds=6.0, crowd=(4, 6.6))
+        self.assertAlmostEqual(p.cpu_scale, 1.2, places=6)
+        self.assertAlmostEqual(p.crowd, 0.1, places=4)
+        self.assertAlmostEqual(p.scenario(cache_frac=1.0, workers=4).epoch_seconds(), 6.6, places=4)
+        # A crowd run no faster per item than the warm run: k = 0, not less.
+        q = prof()
+        q.calibrate(warm_seconds=6.0, crowd=(4, 5.0))
+        self.assertEqual(q.crowd, 0.0)
+        # No crowd run, or one with no more workers than cores: k stays 0.
+        r = prof()
+        r.calibrate(warm_seconds=6.0, crowd=(2, 9.0))
+        self.assertEqual(r.crowd, 0.0)
+        # A job crowded itself (4 workers): its warm run is fitted with k.
+        j = prof(workers=3)
+        j.calibrate(warm_seconds=6.0, crowd=(4, 7.0))
+        self.assertAlmostEqual(j.scenario(cache_frac=1.0).epoch_seconds(), 6.0, places=3)
+        self.assertAlmostEqual(j.scenario(cache_frac=1.0, workers=4).epoch_seconds(), 7.0, places=3)
+
     def test_solve_either_direction(self):
         from epochfs._model import _solve
         self.assertAlmostEqual(_solve(lambda x: 10 - x, 4.0, 0.0, 10.0), 6.0, places=6)
@@ -202,6 +237,46 @@ class Report(unittest.TestCase):
         self.assertIn("predicted_epoch_seconds", asked[0])
         self.assertTrue(any("workers" in w for w in rep["what_if"]))
         self.assertIn("most help", analyze.text_report(rep))
+
+    def test_crowd_run(self):
+        # The crowd run's steady rate at 4 workers, 6 s an epoch (5.5 s warm
+        # at 2; its longer start-up not counted): k fitted, in the report and its text; a crowd run the loader kept at its
+        # own workers (no memory for more) fits nothing.
+        recs = self.records()
+        start = dict(recs["warm"][1][0], workers=4, workers_asked=2)
+        win = dict(recs["warm"][1][1], seconds=6.9, steady_steps=96, steady_seconds=5.76)   # 0.06 s a step
+        recs["crowd"] = (0, [start, win])
+        rep = analyze.analyze({"what_if": []}, recs, 25e6, {"cache_capacity_bytes": 50e6})
+        self.assertEqual(rep["model"]["crowd_workers"], 4)
+        self.assertGreater(rep["model"]["crowd"], 0.0)
+        self.assertIn("crowd", rep["measured"])
+        self.assertIn("4 workers on 2 CPUs", analyze.text_report(rep))
+        p = analyze.profile_from_report(rep)
+        self.assertAlmostEqual(p.scenario(cache_frac=1.0, via_mount=False, workers=4).epoch_seconds(), 6.0,
+                               places=3)
+        w4 = [w for w in rep["what_if"] if w.get("workers") == 4 and "cores" not in w][0]
+        no_rate = dict(win)
+        del no_rate["steady_steps"]
+        recs["crowd"] = (0, [start, no_rate])
+        self.assertIsNone(analyze.analyze({"what_if": []}, recs, 25e6, {})["model"]["crowd_workers"])
+        recs["crowd"] = (0, [dict(start, workers=2), win])
+        rep = analyze.analyze({"what_if": []}, recs, 25e6, {"cache_capacity_bytes": 50e6})
+        self.assertIsNone(rep["model"]["crowd_workers"])
+        self.assertEqual(rep["model"]["crowd"], 0.0)
+        plain = [w for w in rep["what_if"] if w.get("workers") == 4 and "cores" not in w][0]
+        self.assertGreater(w4["predicted_epoch_seconds"], plain["predicted_epoch_seconds"] * 1.05)
+
+    def test_crowd_workers(self):
+        recs = self.records()
+        recs["warm"][1][1]["worker_anon_bytes"] = 5e7
+        self.assertEqual(analyze.crowd_workers(recs), ((4, 5e7), None))
+        for w in (0, 4):
+            recs = self.records()
+            recs["as-is"][1][0]["workers"] = w
+            got, why = analyze.crowd_workers({"as-is": recs["as-is"]})
+            self.assertIsNone(got)
+            self.assertTrue(why)
+        self.assertIsNone(analyze.crowd_workers({})[0])
 
     def test_partial_window(self):
         # 10 steps: 2 of start-up in 3 s, then 8 steady in 4 s; an epoch of

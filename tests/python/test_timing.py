@@ -100,8 +100,8 @@ class Timing(unittest.TestCase):
         _hook._timer[0] = None
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def job(self, mode, workers=0, run_epochs=3, **kw):
-        timer = self.timer = _timing.Timer(self.out, mode, exit_when_done=False, **kw)
+    def job(self, mode, workers=0, run_epochs=3, crowd=0, **kw):
+        timer = self.timer = _timing.Timer(self.out, mode, exit_when_done=False, workers=crowd, **kw)
         _hook._timer[0] = timer
         ds = self.ds = Files(list(self.files))
         loader = DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=workers)
@@ -203,6 +203,30 @@ class Timing(unittest.TestCase):
             self.skipTest("no /dev/shm here")
         self.assertEqual(self.flags, [1.0] * (ITEMS // BATCH))
         self.assertEqual(sorted(seen), list(range(ITEMS)))
+
+    def test_crowd_gives_the_loader_more_workers(self):
+        # The warm run with 3 workers for the loader's 1; its items and
+        # labels as in any warm run; a worker's memory is recorded.
+        _, recs, seen = self.job("crowd", workers=1, run_epochs=1, warm_bytes=20 * 1000, crowd=3)
+        start = [r for r in recs if r["ev"] == "start"][0]
+        self.assertEqual((start["mode"], start["workers"], start["workers_asked"]), ("crowd", 3, 1))
+        w = self.window(recs)
+        self.assertEqual((w["mode"], w["steps"]), ("crowd", ITEMS // BATCH))
+        self.assertGreater(w["worker_anon_bytes"], 1 << 20)
+        self.assertEqual(sorted(seen), list(range(ITEMS)))
+        self.assertTrue([r for r in recs if r["ev"] == "warm"])
+
+    def test_crowd_within_memory(self):
+        # No memory for one more worker of this size: the loader keeps its own;
+        # a loader without workers is never given any.
+        _, recs, _ = self.job("crowd", workers=1, run_epochs=1, crowd=3, worker_bytes=1 << 60)
+        start = [r for r in recs if r["ev"] == "start"][0]
+        self.assertEqual((start["workers"], start["workers_asked"]), (1, 1))
+        self.timer._clean()
+        os.unlink(self.out)
+        _, recs, _ = self.job("crowd", workers=0, run_epochs=1, crowd=3)
+        start = [r for r in recs if r["ev"] == "start"][0]
+        self.assertEqual(start["workers"], 0)
 
     def test_workers_cpu_counted(self):
         _, recs, _ = self.job("as-is", workers=2, warmup=0, epochs=1)
