@@ -26,7 +26,7 @@ loader's workers and ends the process with status 0:
            what workers beyond the cores cost each item's preparation. Only
            a loader that has workers is changed (one without runs in the
            main process), and only as far as WORKER_BYTES each (the warm
-           run's measure) fit in half the memory free then;
+           run's measure) fit in 80% of the memory free then;
   compute  the first REPLAY batches are taken from the loader, unmeasured,
            and its workers stopped; then every step of that epoch is
            handed one of them again, so nothing is fetched or prepared:
@@ -337,7 +337,7 @@ class Timer:
     def _crowd(self, loader):
         """crowd mode, before the loader's first iterator reads its worker
         count: WORKERS workers instead of the loader's own, as many of the
-        extra ones as fit in half the memory free now at WORKER_BYTES each
+        extra ones as fit in 80% of the memory free now at WORKER_BYTES each
         (none: the loader is left as it is, and the record says so)."""
         asked = getattr(loader, "num_workers", 0) or 0
         self.workers_asked = asked
@@ -345,7 +345,7 @@ class Timer:
             return
         target = self.workers
         if self.worker_bytes > 0:
-            target = min(target, asked + int(mem_room() * 0.5 // self.worker_bytes))
+            target = min(target, asked + int(mem_room() * 0.8 // self.worker_bytes))
         if target > asked:
             try:
                 loader.num_workers = target
@@ -552,15 +552,16 @@ class Timer:
 
     @staticmethod
     def _worker_anon(it):
-        """The mean anonymous memory (RssAnon) of IT's worker processes,
-        bytes, or None: what one more worker would need."""
+        """The mean memory of its own (Private_Dirty: what it wrote, not
+        what it shares with the process that forked it) of IT's worker
+        processes, bytes, or None: what one more worker would need."""
         got = []
         for w in getattr(it, "_workers", None) or []:
             pid = getattr(w, "pid", None)
             try:
-                with open("/proc/%d/status" % pid) as f:
+                with open("/proc/%d/smaps_rollup" % pid) as f:
                     for line in f:
-                        if line.startswith("RssAnon:"):
+                        if line.startswith("Private_Dirty:"):
                             got.append(int(line.split()[1]) * 1024)
             except (OSError, TypeError, ValueError):
                 pass

@@ -10,7 +10,8 @@ once its window is measured):
   compute  batches taken once and handed again: no fetch, no prep;
   crowd    warm, with twice as many DataLoader workers as CPUs, for one
            epoch (or --steps): what workers beyond the cores cost. Only
-           when the job has workers, fewer than that, and memory for more.
+           when the job has workers, fewer than that, and memory for more;
+           its failure only leaves that cost out.
 The first PyTorch DataLoader the job iterates is the one measured. DATADIR
 is the directory its files are under: an epochfs mount (its counters are
 read) or any directory (native).
@@ -766,7 +767,7 @@ def main(argv=None):
     paths = [os.path.join(here, "_boot"), os.path.dirname(here)]
     paths += [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(paths)
-    results, failed = {}, None
+    results, failed, notes = {}, None, []
     try:
         for mode in opts["runs"]:
             crowd = None
@@ -776,6 +777,12 @@ def main(argv=None):
                     say("no crowd run: %s" % why)
                     continue
             rc, recs = run_mode(opts, mode, mount, env, say, crowd)
+            if rc != 0 and mode == "crowd":
+                # More workers than the job chose is the analyzer's doing:
+                # its failure (memory, most likely) fails nothing else.
+                notes.append("the crowd run (%d workers) exited %d; workers past the CPUs are modelled at "
+                             "no extra cost" % (crowd[0], rc))
+                continue
             results[mode] = (rc, recs)
             if rc != 0:
                 failed = (mode, rc)
@@ -798,6 +805,8 @@ def main(argv=None):
             say("probing the storage's bandwidth (%d files, O_DIRECT)" % len(files))
             storage_bps = probe_storage(files)
     rep = analyze(opts, results, storage_bps, stats, gpu_probe(results))
+    if notes:
+        rep.setdefault("notes", []).extend(notes)
     if failed:
         rep["failed"] = "COMMAND exited %d in the %s run; the report holds what was measured before" % (
             failed[1], failed[0])

@@ -266,6 +266,33 @@ class Report(unittest.TestCase):
         plain = [w for w in rep["what_if"] if w.get("workers") == 4 and "cores" not in w][0]
         self.assertGreater(w4["predicted_epoch_seconds"], plain["predicted_epoch_seconds"] * 1.05)
 
+    def test_crowd_run_failing_fails_nothing(self):
+        # The crowd run killed (137: memory): the report is made from the
+        # other three, with a note, and the analyzer exits 0.
+        import io
+        import tempfile
+        from contextlib import redirect_stdout
+        recs = self.records()
+        asked = []
+
+        def fake(opts, mode, mount, env, say, crowd=None):
+            asked.append((mode, crowd))
+            return (137, []) if mode == "crowd" else recs[mode]
+        real = analyze.run_mode
+        analyze.run_mode = fake
+        try:
+            with tempfile.TemporaryDirectory() as d:
+                out = io.StringIO()
+                with redirect_stdout(out):
+                    rc = analyze.main(["-q", "--storage-mbps", "25", d, "--", "job"])
+        finally:
+            analyze.run_mode = real
+        self.assertEqual(rc, 0)
+        self.assertEqual([m for m, _ in asked], ["as-is", "warm", "compute", "crowd"])
+        self.assertEqual(asked[-1][1][0], 4)
+        self.assertIn("the crowd run (4 workers) exited 137", out.getvalue())
+        self.assertIn("fetch stall", out.getvalue())
+
     def test_crowd_workers(self):
         recs = self.records()
         recs["warm"][1][1]["worker_anon_bytes"] = 5e7

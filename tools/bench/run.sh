@@ -18,7 +18,10 @@
 # random-read latency of shard files for --cache-chunk 128K..16M.
 #
 # Part 5, coordinated prep against torchvision 0.14 (tools/bench/prep.sh):
-# images per CPU-second, CPU of k jobs sharing a group, consumer GB/s.
+# images per CPU-second, CPU of k jobs sharing a group, consumer GB/s; then
+# end to end (tools/bench/hpsearch.sh): K jobs of a hyperparameter search,
+# wall time with one shared group (float32 and uint8) against K torchvision
+# pipelines, K = 2, 4, 8.
 #
 # Part 6, partitioned peers (tools/bench/peers.sh): three nodes on loopback,
 # storage bytes per epoch with and without peers, peer latency and GB/s.
@@ -35,7 +38,7 @@
 #
 # Environment: BENCH_PARTS ("1 2 3 4 5 6 7 8"), BENCH_FILES (12000), BENCH_EPOCHS (5),
 # BENCH_SCAN_FILES (1000000; 0 skips part 2), BENCH_DIR (build/bench-data);
-# parts 3 to 8 take THRASH_*, CHUNK_*, PREPB_*, PEERB_*, STALL_* and WHATIF_* (see their scripts).
+# parts 3 to 8 take THRASH_*, CHUNK_*, PREPB_*, HP_*, PEERB_*, STALL_* and WHATIF_* (see their scripts).
 set -eu
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -173,6 +176,7 @@ fi
 
 if part 5; then
 	BUILD=$BUILD bash tools/bench/prep.sh
+	BUILD=$BUILD bash tools/bench/hpsearch.sh
 fi
 
 if part 6; then
