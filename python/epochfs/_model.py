@@ -35,8 +35,8 @@ More workers than cores cost more CPU per item than fewer (the cores
 switch between more processes, their caches hold less of each, and every
 worker's batches wait longer in memory): q and t are multiplied by
 1 + k * (W - C) / C for W > C. k is fitted to the crowd run (the warm run
-with twice as many workers as cores, where memory allows); without one, k
-is 0.
+pinned to fewer CPUs: twice as many workers as cores, or more); without
+one, k is 0.
 
 With prefetch (the order told, epochfs-run), storage waits leave the
 workers' cycle and overlap everything: X is the CPU-only network's, and
@@ -247,16 +247,16 @@ class Profile:
     def calibrate(self, warm_seconds=None, asis_seconds=None, crowd=None):
         """Anchors the model to the runs measured: the CPU side to the warm
         run (all hits, no mount costs), k to the crowd run (CROWD: its
-        (workers, epoch seconds)), then the overlap phi (else the storage
+        (workers, cores, epoch seconds)), then the overlap phi (else the storage
         bandwidth, else t's scale) to the as-is run. Returns (cpu_scale,
         bw_scale, overlap, tax_scale)."""
         self._fit_cpu(warm_seconds)
-        if warm_seconds and crowd and crowd[0] > max(self.workers, self.cores) and crowd[1]:
-            w2, t2 = crowd
+        if warm_seconds and crowd and crowd[0] > crowd[1] and crowd[2]:
+            w2, c2, t2 = crowd
 
             def warm_at(k):
                 return self.scenario(cache_frac=1.0, cache_kind="minio", nodes=1, via_mount=False,
-                                     workers=w2, crowd=k).epoch_seconds()
+                                     workers=w2, cores=c2, crowd=k).epoch_seconds()
             # A job crowded itself (W > C) had k in its warm run too: the
             # two fits alternate until they agree.
             for _ in range(30 if self.workers > self.cores else 1):

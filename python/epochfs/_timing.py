@@ -21,12 +21,12 @@ loader's workers and ends the process with status 0:
            step is compute and preparation (a dataset that cannot be
            pointed gets those files read into the page cache, and only
            their steps measured);
-  crowd    the warm run again, with the loader given WORKERS workers
-           (twice the CPUs, asked by epochfs-analyze) instead of its own:
-           what workers beyond the cores cost each item's preparation. Only
-           a loader that has workers is changed (one without runs in the
-           main process), and only as far as WORKER_BYTES each (the warm
-           run's measure) fit in 80% of the memory free then;
+  crowd    the warm run again (epochfs-analyze pins it to fewer CPUs), with
+           the loader given WORKERS workers where that is more than its
+           own: what workers beyond the cores cost each item's
+           preparation. Only a loader that has workers is changed (one
+           without runs in the main process), and only as far as
+           WORKER_BYTES each fit in half the memory free then;
   compute  the first REPLAY batches are taken from the loader, unmeasured,
            and its workers stopped; then every step of that epoch is
            handed one of them again, so nothing is fetched or prepared:
@@ -337,7 +337,7 @@ class Timer:
     def _crowd(self, loader):
         """crowd mode, before the loader's first iterator reads its worker
         count: WORKERS workers instead of the loader's own, as many of the
-        extra ones as fit in 80% of the memory free now at WORKER_BYTES each
+        extra ones as fit in half the memory free now at WORKER_BYTES each
         (none: the loader is left as it is, and the record says so)."""
         asked = getattr(loader, "num_workers", 0) or 0
         self.workers_asked = asked
@@ -345,7 +345,7 @@ class Timer:
             return
         target = self.workers
         if self.worker_bytes > 0:
-            target = min(target, asked + int(mem_room() * 0.8 // self.worker_bytes))
+            target = min(target, asked + int(mem_room() * 0.5 // self.worker_bytes))
         if target > asked:
             try:
                 loader.num_workers = target

@@ -8,10 +8,12 @@ once its window is measured):
   as-is    as it is (the first --warmup epochs unmeasured: caches fill);
   warm     the window's files read into memory first: no fetch stall;
   compute  batches taken once and handed again: no fetch, no prep;
-  crowd    warm, with twice as many DataLoader workers as CPUs, for one
-           epoch (or --steps): what workers beyond the cores cost. Only
-           when the job has workers, fewer than that, and memory for more;
-           its failure only leaves that cost out.
+  crowd    warm, for one epoch (or --steps), pinned to half as many CPUs
+           as the job has workers: what workers beyond the cores cost,
+           with no more memory than the warm run (a job with one worker
+           gets a second one, where memory allows). Only when the job has
+           workers, fewer than twice its CPUs; its failure only leaves that
+           cost out.
 The first PyTorch DataLoader the job iterates is the one measured. DATADIR
 is the directory its files are under: an epochfs mount (its counters are
 read) or any directory (native).
@@ -199,8 +201,8 @@ def read_records(path):
 
 
 def run_mode(opts, mode, mount, env0, say, crowd=None):
-    """Runs COMMAND once in MODE; CROWD: (workers, bytes per worker) for the
-    crowd run. Returns (exit status, the timer's records)."""
+    """Runs COMMAND once in MODE; CROWD: crowd_plan()'s dict for the crowd
+    run. Returns (exit status, the timer's records)."""
     fd, out = tempfile.mkstemp(prefix="epochfs-analyze-", suffix=".jsonl")
     os.close(fd)
     env = dict(env0)
@@ -209,9 +211,14 @@ def run_mode(opts, mode, mount, env0, say, crowd=None):
                 "EPOCHFS_ANALYZE_EPOCHS": str(1 if mode == "crowd" else opts["epochs"]),
                 "EPOCHFS_ANALYZE_STEPS": str(opts["steps"]),
                 "EPOCHFS_ANALYZE_WARM_BYTES": str(opts["warm_mb"] << 20)})
+    pin = None
     if crowd:
-        env["EPOCHFS_ANALYZE_WORKERS"] = str(crowd[0])
-        env["EPOCHFS_ANALYZE_WORKER_BYTES"] = str(int(crowd[1] or 0))
+        env["EPOCHFS_ANALYZE_WORKERS"] = str(crowd["workers"])
+        env["EPOCHFS_ANALYZE_WORKER_BYTES"] = str(int(crowd["worker_bytes"] or 0))
+        cpus = sorted(os.sched_getaffinity(0))[:crowd["cpus"]]
+
+        def pin():                      # the job and the workers it forks: CROWD's CPUs only
+            os.sched_setaffinity(0, cpus)
     if mount:
         env["EPOCHFS_ANALYZE_MOUNT"] = mount
     if mode == "as-is" and opts["order"]:
@@ -221,7 +228,7 @@ def run_mode(opts, mode, mount, env0, say, crowd=None):
     say("run %s: %s" % (mode, " ".join(opts["command"])))
     t0 = time.monotonic()
     try:
-        rc = subprocess.call(opts["command"], env=env)
+        rc = subprocess.call(opts["command"], env=env, preexec_fn=pin)
     except OSError as e:
         os.unlink(out)
         raise UsageError("%s: %s" % (opts["command"][0], e.strerror))
@@ -305,9 +312,14 @@ def probe_storage(paths, seconds=4.0, threads=4):
 
 # ---- from records to a breakdown ----------------------------------------------
 
-def crowd_workers(results):
-    """(workers, bytes per worker) for the crowd run, from the runs before
-    it, or (None, why not)."""
+def crowd_plan(results):
+    """How the crowd run crowds the job, from the runs before it:
+    ({"workers", "cpus", "worker_bytes"}, None), or (None, why not). The
+    job keeps its W workers and is pinned to max(1, W // 2) of its CPUs, so
+    it has twice as many workers as cores (or more) in the memory the warm
+    run had; a job with one worker gets a second, on one CPU, and the timer
+    adds it only where worker_bytes (a worker's own memory in the warm run
+    and two batches in flight) fit."""
     start = None
     for m in MODES:
         start = start or _first((results.get(m) or (0, []))[1], "start")
@@ -319,7 +331,16 @@ def crowd_workers(results):
     if w >= 2 * c:
         return None, "the job has %d workers already, twice the %d CPUs or more" % (w, c)
     warm = _first((results.get("warm") or (0, []))[1], "window") or {}
-    return (2 * c, warm.get("worker_anon_bytes")), None
+    per = warm.get("worker_anon_bytes") or 0
+    dims, dtype = warm.get("batch_shape"), warm.get("batch_dtype") or ""
+    if per and dims:
+        n = 1
+        for d in dims:
+            n *= int(d)
+        per += 2 * n * (1 if "int8" in dtype or "bool" in dtype else 2 if "16" in dtype else 8 if "64" in dtype
+                        else 4)
+    workers = max(w, 2)
+    return {"workers": workers, "cpus": max(1, min(c, workers // 2)), "worker_bytes": per}, None
 
 
 def _first(recs, ev):
@@ -414,12 +435,13 @@ def analyze(opts, results, storage_bps, mount_stats, gpu=None):
                                                                     "measured", "complete")} for e in seen]}
     T_a = per_epoch(asis, S)
     T_w = per_epoch(warm, S)
-    crowd = None            # (workers, steady seconds per epoch) of the crowd run, when it had more workers
+    crowd = None            # (workers, cpus, steady seconds per epoch) of a crowd run that was crowded
     cstart, cwin = _first((results.get("crowd") or (0, []))[1], "start"), wins.get("crowd") or {}
-    if cstart and (cstart.get("workers") or 0) > W and cwin.get("steady_steps", 0) >= 2 and S:
-        # Its steady rate only: more workers take longer to start, which a
-        # short epoch would count as their cost per item.
-        crowd = (cstart["workers"], cwin["steady_seconds"] / cwin["steady_steps"] * S)
+    if (cstart and (cstart.get("workers") or 0) > (cstart.get("cpus") or C) and cwin.get("steady_steps", 0) >= 2
+            and S and (cstart["workers"] > W or (cstart.get("cpus") or C) < C)):
+        # Its steady rate only: a pinned or larger pool of workers takes
+        # longer to start, which a short epoch would count per item.
+        crowd = (cstart["workers"], cstart.get("cpus") or C, cwin["steady_seconds"] / cwin["steady_steps"] * S)
     c = (comp["compute"] / comp["steps"]) if comp and comp.get("steps") else None
     if c is None and warm and warm.get("steps"):
         c = warm["compute"] / warm["steps"]          # no compute run: the warm run's non-wait time
@@ -492,12 +514,13 @@ def analyze(opts, results, storage_bps, mount_stats, gpu=None):
     if frac_seen is not None:
         prof.measured_hit = max(0.0, min(1.0, 1.0 - frac_seen))
     raw_asis = prof.epoch_seconds()
-    prof.calibrate(T_w, T_a, crowd and (crowd[0], crowd[1] + startup))
+    prof.calibrate(T_w, T_a, crowd and (crowd[0], crowd[1], crowd[2] + startup))
     rep["model"] = {"prep_cpu_per_item": q, "compute_per_step": c, "main_cpu_per_step": u,
                     "serve_cpu_per_item": r, "startup_seconds": startup, "cache_kind": kind,
                     "cache_fraction": frac, "hit": prof.hit(), "hit_measured": prof.measured_hit is not None,
                     "reader_cpu_per_item": t, "cpu_scale": prof.cpu_scale, "overlap": prof.overlap,
                     "crowd": prof.crowd, "crowd_workers": crowd[0] if crowd else None,
+                    "crowd_cpus": crowd[1] if crowd else None,
                     "reader_cpu_scale": prof.tax_scale,
                     "storage_bps_effective": storage_bps * prof.bw_scale, "storage_bps": storage_bps,
                     "bw_scale": prof.bw_scale, "prefetch": prof.prefetch,
@@ -692,9 +715,9 @@ def text_report(rep):
                     mod["cache_kind"], mod["storage_bps_effective"] / 1e6, 100 * mod.get("overlap", 0.0),
                     mod["as_is_seconds"]))
         if mod.get("crowd_workers"):
-            L.append("       %d workers on %g CPUs: %.0f%% more CPU per item than %g or fewer (the crowd run)"
-                     % (mod["crowd_workers"], j["cpus"], 100 * mod["crowd"] * (mod["crowd_workers"] - j["cpus"])
-                        / j["cpus"], j["cpus"]))
+            w2, c2 = mod["crowd_workers"], mod.get("crowd_cpus") or j["cpus"]
+            L.append("       crowd run, %d workers on %g CPU%s: %.0f%% more CPU per item than with a core each"
+                     % (w2, c2, "" if c2 == 1 else "s", 100 * mod["crowd"] * (w2 - c2) / c2))
         g = rep.get("gpu") or {}
         if g.get("available"):
             L.append("GPU: %s: a batch (%.1f MB) in %.2f ms pinned (%.1f GB/s), %.2f ms pageable (%.1f GB/s); "
@@ -772,7 +795,7 @@ def main(argv=None):
         for mode in opts["runs"]:
             crowd = None
             if mode == "crowd":
-                crowd, why = crowd_workers(results)
+                crowd, why = crowd_plan(results)
                 if crowd is None:
                     say("no crowd run: %s" % why)
                     continue
@@ -780,8 +803,9 @@ def main(argv=None):
             if rc != 0 and mode == "crowd":
                 # More workers than the job chose is the analyzer's doing:
                 # its failure (memory, most likely) fails nothing else.
-                notes.append("the crowd run (%d workers) exited %d; workers past the CPUs are modelled at "
-                             "no extra cost" % (crowd[0], rc))
+                notes.append("the crowd run (%d workers on %d CPU%s) exited %d; workers past the CPUs are "
+                             "modelled at no extra cost" % (crowd["workers"], crowd["cpus"],
+                                                            "" if crowd["cpus"] == 1 else "s", rc))
                 continue
             results[mode] = (rc, recs)
             if rc != 0:

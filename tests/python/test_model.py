@@ -149,26 +149,27 @@ class Epoch(unittest.TestCase):
         self.assertAlmostEqual(t.epoch_seconds(), 1000 * (0.012 * 1.2 + 0.002) / 2, places=6)
 
     def test_calibrate_crowd(self):
-        # The warm run at 2 workers took 6 s (cpu_scale 1.2); the crowd run
-        # at 4 workers 6.6 s: k = 0.1, and 4 workers are predicted at 6.6 s.
+        # The warm run at 2 workers took 6 s (cpu_scale 1.2); the crowd run,
+        # its 2 workers pinned to 1 CPU, 13.2 s: k = 0.1 (1,000 x 12 ms x
+        # 1.1 on one core), and 4 workers on 2 CPUs are predicted at 6.6 s.
         p = prof()
-        p.calibrate(warm_seconds=6.0, crowd=(4, 6.6))
+        p.calibrate(warm_seconds=6.0, crowd=(2, 1, 13.2))
         self.assertAlmostEqual(p.cpu_scale, 1.2, places=6)
         self.assertAlmostEqual(p.crowd, 0.1, places=4)
         self.assertAlmostEqual(p.scenario(cache_frac=1.0, workers=4).epoch_seconds(), 6.6, places=4)
-        # A crowd run no faster per item than the warm run: k = 0, not less.
+        # A crowd run no slower per item than the warm run: k = 0, not less.
         q = prof()
-        q.calibrate(warm_seconds=6.0, crowd=(4, 5.0))
+        q.calibrate(warm_seconds=6.0, crowd=(2, 1, 11.0))
         self.assertEqual(q.crowd, 0.0)
         # No crowd run, or one with no more workers than cores: k stays 0.
         r = prof()
-        r.calibrate(warm_seconds=6.0, crowd=(2, 9.0))
+        r.calibrate(warm_seconds=6.0, crowd=(2, 2, 9.0))
         self.assertEqual(r.crowd, 0.0)
-        # A job crowded itself (4 workers): its warm run is fitted with k.
+        # A job crowded itself (3 workers on 2 CPUs): its warm run is fitted with k.
         j = prof(workers=3)
-        j.calibrate(warm_seconds=6.0, crowd=(4, 7.0))
+        j.calibrate(warm_seconds=6.0, crowd=(3, 1, 14.0))
         self.assertAlmostEqual(j.scenario(cache_frac=1.0).epoch_seconds(), 6.0, places=3)
-        self.assertAlmostEqual(j.scenario(cache_frac=1.0, workers=4).epoch_seconds(), 7.0, places=3)
+        self.assertAlmostEqual(j.scenario(cache_frac=1.0, cores=1).epoch_seconds(), 14.0, places=3)
 
     def test_solve_either_direction(self):
         from epochfs._model import _solve
@@ -239,27 +240,28 @@ class Report(unittest.TestCase):
         self.assertIn("most help", analyze.text_report(rep))
 
     def test_crowd_run(self):
-        # The crowd run's steady rate at 4 workers, 6 s an epoch (5.5 s warm
-        # at 2; its longer start-up not counted): k fitted, in the report and its text; a crowd run the loader kept at its
+        # The crowd run's steady rate, its 2 workers on 1 CPU: 12 s an
+        # epoch (5.5 s warm on 2; its longer start-up not counted): k
+        # fitted, in the report and its text; a crowd run the loader kept at its
         # own workers (no memory for more) fits nothing.
         recs = self.records()
-        start = dict(recs["warm"][1][0], workers=4, workers_asked=2)
-        win = dict(recs["warm"][1][1], seconds=6.9, steady_steps=96, steady_seconds=5.76)   # 0.06 s a step
+        start = dict(recs["warm"][1][0], workers=2, workers_asked=2, cpus=1)
+        win = dict(recs["warm"][1][1], seconds=12.9, steady_steps=96, steady_seconds=11.52)   # 0.12 s a step
         recs["crowd"] = (0, [start, win])
         rep = analyze.analyze({"what_if": []}, recs, 25e6, {"cache_capacity_bytes": 50e6})
-        self.assertEqual(rep["model"]["crowd_workers"], 4)
+        self.assertEqual((rep["model"]["crowd_workers"], rep["model"]["crowd_cpus"]), (2, 1))
         self.assertGreater(rep["model"]["crowd"], 0.0)
         self.assertIn("crowd", rep["measured"])
-        self.assertIn("4 workers on 2 CPUs", analyze.text_report(rep))
+        self.assertIn("crowd run, 2 workers on 1 CPU:", analyze.text_report(rep))
         p = analyze.profile_from_report(rep)
-        self.assertAlmostEqual(p.scenario(cache_frac=1.0, via_mount=False, workers=4).epoch_seconds(), 6.0,
+        self.assertAlmostEqual(p.scenario(cache_frac=1.0, via_mount=False, cores=1).epoch_seconds(), 12.0,
                                places=3)
         w4 = [w for w in rep["what_if"] if w.get("workers") == 4 and "cores" not in w][0]
         no_rate = dict(win)
         del no_rate["steady_steps"]
         recs["crowd"] = (0, [start, no_rate])
         self.assertIsNone(analyze.analyze({"what_if": []}, recs, 25e6, {})["model"]["crowd_workers"])
-        recs["crowd"] = (0, [dict(start, workers=2), win])
+        recs["crowd"] = (0, [dict(start, cpus=2), win])
         rep = analyze.analyze({"what_if": []}, recs, 25e6, {"cache_capacity_bytes": 50e6})
         self.assertIsNone(rep["model"]["crowd_workers"])
         self.assertEqual(rep["model"]["crowd"], 0.0)
@@ -289,21 +291,29 @@ class Report(unittest.TestCase):
             analyze.run_mode = real
         self.assertEqual(rc, 0)
         self.assertEqual([m for m, _ in asked], ["as-is", "warm", "compute", "crowd"])
-        self.assertEqual(asked[-1][1][0], 4)
-        self.assertIn("the crowd run (4 workers) exited 137", out.getvalue())
+        self.assertEqual((asked[-1][1]["workers"], asked[-1][1]["cpus"]), (2, 1))
+        self.assertIn("the crowd run (2 workers on 1 CPU) exited 137", out.getvalue())
         self.assertIn("fetch stall", out.getvalue())
 
-    def test_crowd_workers(self):
+    def test_crowd_plan(self):
+        # 2 workers on 2 CPUs: pinned to 1. One worker: a second one, sized
+        # by the warm run's worker and two batches in flight.
         recs = self.records()
-        recs["warm"][1][1]["worker_anon_bytes"] = 5e7
-        self.assertEqual(analyze.crowd_workers(recs), ((4, 5e7), None))
+        self.assertEqual(analyze.crowd_plan(recs), ({"workers": 2, "cpus": 1, "worker_bytes": 0}, None))
+        recs["warm"][1][1].update(worker_anon_bytes=5e7, batch_shape=[10, 3, 8, 8], batch_dtype="float32")
+        for r in recs.values():
+            r[1][0]["workers"] = 1
+        self.assertEqual(analyze.crowd_plan(recs)[0], {"workers": 2, "cpus": 1, "worker_bytes": 5e7 + 2 * 7680})
+        for r in recs.values():
+            r[1][0].update(workers=6, cpus=8)
+        self.assertEqual(analyze.crowd_plan(recs)[0]["cpus"], 3)
         for w in (0, 4):
             recs = self.records()
             recs["as-is"][1][0]["workers"] = w
-            got, why = analyze.crowd_workers({"as-is": recs["as-is"]})
+            got, why = analyze.crowd_plan({"as-is": recs["as-is"]})
             self.assertIsNone(got)
             self.assertTrue(why)
-        self.assertIsNone(analyze.crowd_workers({})[0])
+        self.assertIsNone(analyze.crowd_plan({})[0])
 
     def test_partial_window(self):
         # 10 steps: 2 of start-up in 3 s, then 8 steady in 4 s; an epoch of

@@ -12,8 +12,12 @@ a fixed sleep per step standing in for the GPU's training step.
         [0, 1] by the reader, float32 ones as the daemon made them).
 
 With --touch, every step reads the whole images tensor (its sum, what a
-copy from pageable memory to the GPU reads) before the sleep. Prints one JSON line: batches, images, wall_s (from
-this process's start of the epoch), cpu_s (this process and its children).
+copy from pageable memory to the GPU reads) before the sleep. With --ready
+FILE --go FILE, the job creates READY once its imports are done and starts
+its epoch when GO exists: K jobs then start their epochs together, and
+their interpreters' start-up is left out. Prints one JSON line: batches,
+images, t0 and t1 (the epoch's start and end, time.time()), wall_s, cpu_s
+(the epoch's, this process and its children).
 """
 import argparse
 import json
@@ -35,6 +39,8 @@ ap.add_argument("--workers", type=int, default=1)
 ap.add_argument("--step-ms", type=float, default=15.0)
 ap.add_argument("--seed", type=int, default=0)
 ap.add_argument("--touch", action="store_true")
+ap.add_argument("--ready")
+ap.add_argument("--go")
 a = ap.parse_args()
 torch.set_num_threads(1)
 torch.manual_seed(a.seed)
@@ -54,14 +60,19 @@ if a.mode == "tv":
                     T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
     loader = DataLoader(ImageFolder(a.root, transform=tf), batch_size=a.batch, shuffle=True,
                         num_workers=a.workers)
-    batches = iter(loader)
+    batches = loader                # its workers start with the epoch
 else:
     import epochfs_prep as ep
     if not a.group:
         ap.error("prep needs MOUNT GROUP")
     batches = ep.torch_batches(a.root, a.group, 0)
 
-c0, t0 = cpu(), time.monotonic()
+if a.ready:
+    open(a.ready, "w").close()
+if a.go:
+    while not os.path.exists(a.go):
+        time.sleep(0.002)
+c0, t0, w0 = cpu(), time.monotonic(), time.time()
 n = images = 0
 check = 0.0
 for x, y in batches:
@@ -70,5 +81,5 @@ for x, y in batches:
     time.sleep(a.step_ms / 1000.0)
     n += 1
     images += len(y)
-print(json.dumps({"batches": n, "images": images, "wall_s": time.monotonic() - t0, "cpu_s": cpu() - c0,
-                  "check": check}), flush=True)
+print(json.dumps({"batches": n, "images": images, "t0": w0, "t1": time.time(), "wall_s": time.monotonic() - t0,
+                  "cpu_s": cpu() - c0, "check": check}), flush=True)
