@@ -34,9 +34,9 @@ is (1 - phi) * m, the storage's own bound stays N*m.
 More workers than cores cost more CPU per item than fewer (the cores
 switch between more processes, their caches hold less of each, and every
 worker's batches wait longer in memory): q and t are multiplied by
-1 + k * (W - C) / C for W > C. k is fitted to the crowd run (the warm run
-pinned to fewer CPUs: twice as many workers as cores, or more); without
-one, k is 0.
+1 + k * (W - C) / C for W > C. k is fitted to the crowd run (the warm run with
+its steps alternating between all the CPUs and half as many as workers:
+the ratio of the two phases' step times); without one, k is 0.
 
 With prefetch (the order told, epochfs-run), storage waits leave the
 workers' cycle and overlap everything: X is the CPU-only network's, and
@@ -246,17 +246,21 @@ class Profile:
 
     def calibrate(self, warm_seconds=None, asis_seconds=None, crowd=None):
         """Anchors the model to the runs measured: the CPU side to the warm
-        run (all hits, no mount costs), k to the crowd run (CROWD: its
-        (workers, cores, epoch seconds)), then the overlap phi (else the storage
+        run (all hits, no mount costs), k to the crowd run (CROWD: a dict
+        of its workers, its pinned phases' cores and the full ones'
+        (cores_full), and the ratio of a pinned step's time to a full
+        one's), then the overlap phi (else the storage
         bandwidth, else t's scale) to the as-is run. Returns (cpu_scale,
         bw_scale, overlap, tax_scale)."""
         self._fit_cpu(warm_seconds)
-        if warm_seconds and crowd and crowd[0] > crowd[1] and crowd[2]:
-            w2, c2, t2 = crowd
-
+        if warm_seconds and crowd and crowd["workers"] > crowd["cores"] and crowd["ratio"] > 0:
             def warm_at(k):
-                return self.scenario(cache_frac=1.0, cache_kind="minio", nodes=1, via_mount=False,
-                                     workers=w2, cores=c2, crowd=k).epoch_seconds()
+                def at(cores):
+                    return self.scenario(cache_frac=1.0, cache_kind="minio", nodes=1, via_mount=False,
+                                         workers=crowd["workers"], cores=cores, crowd=k).epoch_seconds()
+                # The phases' steps, without the start-up: their ratio.
+                return (at(crowd["cores"]) - self.startup) / max(1e-9, at(crowd["cores_full"]) - self.startup)
+            t2 = crowd["ratio"]
             # A job crowded itself (W > C) had k in its warm run too: the
             # two fits alternate until they agree.
             for _ in range(30 if self.workers > self.cores else 1):

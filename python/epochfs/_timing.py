@@ -21,12 +21,14 @@ loader's workers and ends the process with status 0:
            step is compute and preparation (a dataset that cannot be
            pointed gets those files read into the page cache, and only
            their steps measured);
-  crowd    the warm run again (epochfs-analyze pins it to fewer CPUs), with
-           the loader given WORKERS workers where that is more than its
-           own: what workers beyond the cores cost each item's
-           preparation. Only a loader that has workers is changed (one
-           without runs in the main process), and only as far as
-           WORKER_BYTES each fit in half the memory free then;
+  crowd    the warm run again, its steps in blocks of ALT_BLOCK that
+           alternate between all the job's CPUs and only PIN_CPUS (the
+           main process and the workers, every thread of each): the steps
+           of the two phases, a few seconds apart, give what more workers
+           than cores cost each item's preparation without the machine's
+           drift between runs. A loader with fewer workers than WORKERS
+           gets that many where they fit (WORKER_BYTES each, in half the
+           memory free then; a loader without workers is not changed);
   compute  the first REPLAY batches are taken from the loader, unmeasured,
            and its workers stopped; then every step of that epoch is
            handed one of them again, so nothing is fetched or prepared:
@@ -55,6 +57,23 @@ from . import _hook
 SAMPLE_FILES = 512          # files named in "start", for the storage probe (>= 4 s of a slow disk)
 WARM_FILES = 64             # files the warm run copies to memory, at most
 WARM_POOL = 1024            # of the window's first files, the sizes the copies are chosen across
+ALT_BLOCK = 10              # crowd run: steps per phase
+ALT_SETTLE = 4              # crowd run: steps after a switch not counted (batches made in the other phase)
+
+
+def _pin(pids, cpus):
+    """Every thread of every process in PIDS to CPUS (quietly skipping
+    the ones that are gone)."""
+    for pid in pids:
+        try:
+            tids = [int(t) for t in os.listdir("/proc/%d/task" % pid)]
+        except (OSError, ValueError):
+            tids = [pid]
+        for tid in tids:
+            try:
+                os.sched_setaffinity(tid, cpus)
+            except OSError:
+                pass
 
 
 def _sample_by_size(pool, n, budget):
@@ -273,7 +292,7 @@ class Timer:
     module's text). Built from the environment by from_env()."""
 
     def __init__(self, out, mode="as-is", warmup=0, epochs=1, steps=0, warm_bytes=0,
-                 replay=2, mount=None, exit_when_done=True, workers=0, worker_bytes=0):
+                 replay=2, mount=None, exit_when_done=True, workers=0, worker_bytes=0, pin_cpus=None):
         if mode not in ("as-is", "warm", "compute", "crowd"):
             raise ValueError("unknown mode %r" % mode)
         self.out = out
@@ -283,6 +302,8 @@ class Timer:
         self.workers = workers if self.crowd else 0
         self.worker_bytes = worker_bytes
         self.workers_asked = None               # the loader's own workers (crowd)
+        self.pin_cpus = sorted(pin_cpus) if pin_cpus and self.crowd else None
+        self.alt = None                         # the crowd run's phases
         self.warmup = warmup if mode == "as-is" else 0
         self.epochs = epochs
         self.steps = steps
@@ -312,7 +333,8 @@ class Timer:
                    int(env.get("EPOCHFS_ANALYZE_REPLAY", "2")),
                    env.get("EPOCHFS_ANALYZE_MOUNT") or None,
                    workers=int(env.get("EPOCHFS_ANALYZE_WORKERS", "0")),
-                   worker_bytes=int(env.get("EPOCHFS_ANALYZE_WORKER_BYTES", "0")))
+                   worker_bytes=int(env.get("EPOCHFS_ANALYZE_WORKER_BYTES", "0")),
+                   pin_cpus=[int(c) for c in env.get("EPOCHFS_ANALYZE_PIN", "").split(",") if c.strip()])
 
     # ---- records ----------------------------------------------------------
 
@@ -510,15 +532,15 @@ class Timer:
             if self.mode == "compute" and self.win is not None:
                 # Taken for replay; the steps that fetched them are not measured.
                 self.replay.append(batch)
-                t1 = time.perf_counter()
-                cur["last"] = t1
                 if len(self.replay) == self.replay_keep:
-                    self._restart_window(t1)
                     # Nothing is fetched from here on: the workers, their
                     # memory and the batches they prepare ahead would only
                     # squeeze a job at its memory limit (a daemon beside it
-                    # was killed for it).
+                    # was killed for it). Their shutdown is not a step's
+                    # compute: the window starts after it.
                     self._stop_workers(it)
+                    self._restart_window(time.perf_counter())
+                cur["last"] = time.perf_counter()
                 return batch
         t1 = time.perf_counter()
         if cur["last"] is None:
@@ -544,11 +566,35 @@ class Timer:
                 # The first batches come out of the workers together, one
                 # each: past them, the loader runs at its steady rate.
                 self.win["steady_t0"] = t1
+            if self.pin_cpus and self.win["steps"] >= self.win["skip"]:
+                self._alternate(it, t1)
             if self.step_limit and self.win["steps"] >= self.step_limit:
                 self._finish(it, t1, complete=True)
         return batch
 
     # ---- the window -------------------------------------------------------
+
+    def _alternate(self, it, t):
+        """crowd mode, at each steady step's end (T): the step's time goes
+        to the phase it ran in, past the first ALT_SETTLE steps after a
+        switch; every ALT_BLOCK steps the job and its workers move to the
+        other phase's CPUs."""
+        a = self.alt
+        if a is None:
+            full = sorted(os.sched_getaffinity(0))
+            a = self.alt = {"full": full, "phase": "full", "n": 0, "prev": t,
+                            "acc": {"full": [0, 0.0], "pinned": [0, 0.0]}}
+            return
+        if a["n"] >= ALT_SETTLE:
+            a["acc"][a["phase"]][0] += 1
+            a["acc"][a["phase"]][1] += t - a["prev"]
+        a["prev"] = t
+        a["n"] += 1
+        if a["n"] >= ALT_BLOCK:
+            a["phase"] = "pinned" if a["phase"] == "full" else "full"
+            a["n"] = 0
+            pids = [os.getpid()] + [getattr(w, "pid", None) for w in getattr(it, "_workers", None) or []]
+            _pin([p for p in pids if p], self.pin_cpus if a["phase"] == "pinned" else a["full"])
 
     @staticmethod
     def _worker_anon(it):
@@ -631,6 +677,14 @@ class Timer:
         worker_cpu = cpu1["children"] - cpu0["children"]
         for pid, c in cpu1["workers"].items():
             worker_cpu += c - cpu0["workers"].get(pid, 0.0)
+        alt = None
+        if self.alt is not None:
+            a = self.alt
+            pids = [os.getpid()] + [getattr(w, "pid", None) for w in getattr(it, "_workers", None) or []]
+            _pin([p for p in pids if p], a["full"])
+            alt = {"cpus_full": len(a["full"]), "cpus_pinned": len(self.pin_cpus),
+                   "full_steps": a["acc"]["full"][0], "full_seconds": a["acc"]["full"][1],
+                   "pinned_steps": a["acc"]["pinned"][0], "pinned_seconds": a["acc"]["pinned"][1]}
         stats1 = _mount_stats(self.mount)
         d1 = self._daemon_cpu(stats1)
         eps = win["epochs"]
@@ -646,7 +700,7 @@ class Timer:
         steady = {"steady_seconds": now - st0, "steady_steps": steps - win["skip"],
                   "startup_seconds": st0 - win["t0"]} if st0 is not None and steps > win["skip"] else {}
         self._write({"ev": "window", "mode": "crowd" if self.crowd else self.mode, "complete": complete,
-                     "seconds": secs, "worker_anon_bytes": win.get("worker_anon"),
+                     "seconds": secs, "worker_anon_bytes": win.get("worker_anon"), "alternate": alt,
                      "wait": wait, "compute": secs - wait, "steps": steps, "items": items,
                      "epochs_complete": len(eps), "worker_cpu": worker_cpu,
                      "main_cpu": cpu1["self"] - cpu0["self"],

@@ -8,12 +8,12 @@ once its window is measured):
   as-is    as it is (the first --warmup epochs unmeasured: caches fill);
   warm     the window's files read into memory first: no fetch stall;
   compute  batches taken once and handed again: no fetch, no prep;
-  crowd    warm, for one epoch (or --steps), pinned to half as many CPUs
-           as the job has workers: what workers beyond the cores cost,
-           with no more memory than the warm run (a job with one worker
-           gets a second one, where memory allows). Only when the job has
-           workers, fewer than twice its CPUs; its failure only leaves that
-           cost out.
+  crowd    warm, for one epoch (or --steps), its steps alternating in
+           blocks between all the CPUs and half as many as the job has
+           workers: what workers beyond the cores cost, with no more
+           memory than the warm run (a job with one worker gets a second
+           one, where memory allows). Only when the job has workers, fewer
+           than twice its CPUs; its failure only leaves that cost out.
 The first PyTorch DataLoader the job iterates is the one measured. DATADIR
 is the directory its files are under: an epochfs mount (its counters are
 read) or any directory (native).
@@ -211,14 +211,10 @@ def run_mode(opts, mode, mount, env0, say, crowd=None):
                 "EPOCHFS_ANALYZE_EPOCHS": str(1 if mode == "crowd" else opts["epochs"]),
                 "EPOCHFS_ANALYZE_STEPS": str(opts["steps"]),
                 "EPOCHFS_ANALYZE_WARM_BYTES": str(opts["warm_mb"] << 20)})
-    pin = None
     if crowd:
         env["EPOCHFS_ANALYZE_WORKERS"] = str(crowd["workers"])
         env["EPOCHFS_ANALYZE_WORKER_BYTES"] = str(int(crowd["worker_bytes"] or 0))
-        cpus = sorted(os.sched_getaffinity(0))[:crowd["cpus"]]
-
-        def pin():                      # the job and the workers it forks: CROWD's CPUs only
-            os.sched_setaffinity(0, cpus)
+        env["EPOCHFS_ANALYZE_PIN"] = ",".join(str(c) for c in sorted(os.sched_getaffinity(0))[:crowd["cpus"]])
     if mount:
         env["EPOCHFS_ANALYZE_MOUNT"] = mount
     if mode == "as-is" and opts["order"]:
@@ -228,7 +224,7 @@ def run_mode(opts, mode, mount, env0, say, crowd=None):
     say("run %s: %s" % (mode, " ".join(opts["command"])))
     t0 = time.monotonic()
     try:
-        rc = subprocess.call(opts["command"], env=env, preexec_fn=pin)
+        rc = subprocess.call(opts["command"], env=env)
     except OSError as e:
         os.unlink(out)
         raise UsageError("%s: %s" % (opts["command"][0], e.strerror))
@@ -315,11 +311,11 @@ def probe_storage(paths, seconds=4.0, threads=4):
 def crowd_plan(results):
     """How the crowd run crowds the job, from the runs before it:
     ({"workers", "cpus", "worker_bytes"}, None), or (None, why not). The
-    job keeps its W workers and is pinned to max(1, W // 2) of its CPUs, so
-    it has twice as many workers as cores (or more) in the memory the warm
-    run had; a job with one worker gets a second, on one CPU, and the timer
-    adds it only where worker_bytes (a worker's own memory in the warm run
-    and two batches in flight) fit."""
+    job keeps its W workers, and its pinned phases run on max(1, W // 2) of
+    its CPUs: twice as many workers as cores (or more), in the memory the
+    warm run had. A job with one worker gets a second (pinned: one CPU),
+    which the timer adds only where worker_bytes (a worker's own memory in
+    the warm run and two batches in flight) fit."""
     start = None
     for m in MODES:
         start = start or _first((results.get(m) or (0, []))[1], "start")
@@ -435,13 +431,12 @@ def analyze(opts, results, storage_bps, mount_stats, gpu=None):
                                                                     "measured", "complete")} for e in seen]}
     T_a = per_epoch(asis, S)
     T_w = per_epoch(warm, S)
-    crowd = None            # (workers, cpus, steady seconds per epoch) of a crowd run that was crowded
-    cstart, cwin = _first((results.get("crowd") or (0, []))[1], "start"), wins.get("crowd") or {}
-    if (cstart and (cstart.get("workers") or 0) > (cstart.get("cpus") or C) and cwin.get("steady_steps", 0) >= 2
-            and S and (cstart["workers"] > W or (cstart.get("cpus") or C) < C)):
-        # Its steady rate only: a pinned or larger pool of workers takes
-        # longer to start, which a short epoch would count per item.
-        crowd = (cstart["workers"], cstart.get("cpus") or C, cwin["steady_seconds"] / cwin["steady_steps"] * S)
+    crowd = None            # the crowd run's phases: calibrate()'s CROWD
+    cstart, alt = _first((results.get("crowd") or (0, []))[1], "start"), (wins.get("crowd") or {}).get("alternate")
+    if (cstart and alt and alt["full_steps"] >= 4 and alt["pinned_steps"] >= 4 and alt["full_seconds"] > 0
+            and (cstart.get("workers") or 0) > alt["cpus_pinned"]):
+        crowd = {"workers": cstart["workers"], "cores": alt["cpus_pinned"], "cores_full": alt["cpus_full"],
+                 "ratio": (alt["pinned_seconds"] / alt["pinned_steps"]) / (alt["full_seconds"] / alt["full_steps"])}
     c = (comp["compute"] / comp["steps"]) if comp and comp.get("steps") else None
     if c is None and warm and warm.get("steps"):
         c = warm["compute"] / warm["steps"]          # no compute run: the warm run's non-wait time
@@ -514,13 +509,14 @@ def analyze(opts, results, storage_bps, mount_stats, gpu=None):
     if frac_seen is not None:
         prof.measured_hit = max(0.0, min(1.0, 1.0 - frac_seen))
     raw_asis = prof.epoch_seconds()
-    prof.calibrate(T_w, T_a, crowd and (crowd[0], crowd[1], crowd[2] + startup))
+    prof.calibrate(T_w, T_a, crowd)
     rep["model"] = {"prep_cpu_per_item": q, "compute_per_step": c, "main_cpu_per_step": u,
                     "serve_cpu_per_item": r, "startup_seconds": startup, "cache_kind": kind,
                     "cache_fraction": frac, "hit": prof.hit(), "hit_measured": prof.measured_hit is not None,
                     "reader_cpu_per_item": t, "cpu_scale": prof.cpu_scale, "overlap": prof.overlap,
-                    "crowd": prof.crowd, "crowd_workers": crowd[0] if crowd else None,
-                    "crowd_cpus": crowd[1] if crowd else None,
+                    "crowd": prof.crowd, "crowd_workers": crowd["workers"] if crowd else None,
+                    "crowd_cpus": crowd["cores"] if crowd else None,
+                    "crowd_step_ratio": crowd["ratio"] if crowd else None,
                     "reader_cpu_scale": prof.tax_scale,
                     "storage_bps_effective": storage_bps * prof.bw_scale, "storage_bps": storage_bps,
                     "bw_scale": prof.bw_scale, "prefetch": prof.prefetch,
@@ -716,8 +712,10 @@ def text_report(rep):
                     mod["as_is_seconds"]))
         if mod.get("crowd_workers"):
             w2, c2 = mod["crowd_workers"], mod.get("crowd_cpus") or j["cpus"]
-            L.append("       crowd run, %d workers on %g CPU%s: %.0f%% more CPU per item than with a core each"
-                     % (w2, c2, "" if c2 == 1 else "s", 100 * mod["crowd"] * (w2 - c2) / c2))
+            L.append("       crowd run, %d workers on %g CPU%s in turn with all: %.2fx the time a step, %.0f%% more "
+                     "CPU per item than with a core each" % (w2, c2, "" if c2 == 1 else "s",
+                                                             mod.get("crowd_step_ratio") or 0.0,
+                                                             100 * mod["crowd"] * (w2 - c2) / c2))
         g = rep.get("gpu") or {}
         if g.get("available"):
             L.append("GPU: %s: a batch (%.1f MB) in %.2f ms pinned (%.1f GB/s), %.2f ms pageable (%.1f GB/s); "

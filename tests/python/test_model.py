@@ -149,27 +149,32 @@ class Epoch(unittest.TestCase):
         self.assertAlmostEqual(t.epoch_seconds(), 1000 * (0.012 * 1.2 + 0.002) / 2, places=6)
 
     def test_calibrate_crowd(self):
-        # The warm run at 2 workers took 6 s (cpu_scale 1.2); the crowd run,
-        # its 2 workers pinned to 1 CPU, 13.2 s: k = 0.1 (1,000 x 12 ms x
-        # 1.1 on one core), and 4 workers on 2 CPUs are predicted at 6.6 s.
+        # The warm run at 2 workers took 6 s (cpu_scale 1.2); in the crowd
+        # run a step of its 2 workers on 1 CPU took 2.2x one on 2: k = 0.1
+        # (1,000 x 12 ms x 1.1 on one core), and 4 workers on 2 CPUs are
+        # predicted at 6.6 s.
+        def crowd(ratio, workers=2, cores=1):
+            return {"workers": workers, "cores": cores, "cores_full": 2, "ratio": ratio}
         p = prof()
-        p.calibrate(warm_seconds=6.0, crowd=(2, 1, 13.2))
+        p.calibrate(warm_seconds=6.0, crowd=crowd(2.2))
         self.assertAlmostEqual(p.cpu_scale, 1.2, places=6)
         self.assertAlmostEqual(p.crowd, 0.1, places=4)
         self.assertAlmostEqual(p.scenario(cache_frac=1.0, workers=4).epoch_seconds(), 6.6, places=4)
         # A crowd run no slower per item than the warm run: k = 0, not less.
         q = prof()
-        q.calibrate(warm_seconds=6.0, crowd=(2, 1, 11.0))
+        q.calibrate(warm_seconds=6.0, crowd=crowd(1.8))
         self.assertEqual(q.crowd, 0.0)
         # No crowd run, or one with no more workers than cores: k stays 0.
         r = prof()
-        r.calibrate(warm_seconds=6.0, crowd=(2, 2, 9.0))
+        r.calibrate(warm_seconds=6.0, crowd=crowd(1.5, cores=2))
         self.assertEqual(r.crowd, 0.0)
-        # A job crowded itself (3 workers on 2 CPUs): its warm run is fitted with k.
+        # A job crowded itself (3 workers on 2 CPUs): its warm run is fitted
+        # with k, and the two phases keep their ratio.
         j = prof(workers=3)
-        j.calibrate(warm_seconds=6.0, crowd=(3, 1, 14.0))
+        j.calibrate(warm_seconds=6.0, crowd=crowd(2.4, workers=3))
+        self.assertGreater(j.crowd, 0.0)
         self.assertAlmostEqual(j.scenario(cache_frac=1.0).epoch_seconds(), 6.0, places=3)
-        self.assertAlmostEqual(j.scenario(cache_frac=1.0, cores=1).epoch_seconds(), 14.0, places=3)
+        self.assertAlmostEqual(j.scenario(cache_frac=1.0, cores=1).epoch_seconds(), 14.4, places=3)
 
     def test_solve_either_direction(self):
         from epochfs._model import _solve
@@ -240,28 +245,28 @@ class Report(unittest.TestCase):
         self.assertIn("most help", analyze.text_report(rep))
 
     def test_crowd_run(self):
-        # The crowd run's steady rate, its 2 workers on 1 CPU: 12 s an
-        # epoch (5.5 s warm on 2; its longer start-up not counted): k
-        # fitted, in the report and its text; a crowd run the loader kept at its
+        # The crowd run's phases: a step of its 2 workers on 1 CPU took
+        # 2.4x one on 2 CPUs: k fitted, in the report and its text; a crowd run the loader kept at its
         # own workers (no memory for more) fits nothing.
         recs = self.records()
         start = dict(recs["warm"][1][0], workers=2, workers_asked=2, cpus=1)
-        win = dict(recs["warm"][1][1], seconds=12.9, steady_steps=96, steady_seconds=11.52)   # 0.12 s a step
+        win = dict(recs["warm"][1][1], alternate={"cpus_full": 2, "cpus_pinned": 1, "full_steps": 20,
+                                                  "full_seconds": 1.0, "pinned_steps": 20, "pinned_seconds": 2.4})
         recs["crowd"] = (0, [start, win])
         rep = analyze.analyze({"what_if": []}, recs, 25e6, {"cache_capacity_bytes": 50e6})
         self.assertEqual((rep["model"]["crowd_workers"], rep["model"]["crowd_cpus"]), (2, 1))
         self.assertGreater(rep["model"]["crowd"], 0.0)
         self.assertIn("crowd", rep["measured"])
-        self.assertIn("crowd run, 2 workers on 1 CPU:", analyze.text_report(rep))
+        self.assertIn("crowd run, 2 workers on 1 CPU in turn with all: 2.40x", analyze.text_report(rep))
         p = analyze.profile_from_report(rep)
-        self.assertAlmostEqual(p.scenario(cache_frac=1.0, via_mount=False, cores=1).epoch_seconds(), 12.0,
-                               places=3)
+        warm = p.scenario(cache_frac=1.0, via_mount=False)
+        self.assertAlmostEqual((warm.scenario(cores=1).epoch_seconds() - p.startup)
+                               / (warm.epoch_seconds() - p.startup), 2.4, places=3)
         w4 = [w for w in rep["what_if"] if w.get("workers") == 4 and "cores" not in w][0]
-        no_rate = dict(win)
-        del no_rate["steady_steps"]
+        no_rate = dict(win, alternate=dict(win["alternate"], pinned_steps=2))
         recs["crowd"] = (0, [start, no_rate])
         self.assertIsNone(analyze.analyze({"what_if": []}, recs, 25e6, {})["model"]["crowd_workers"])
-        recs["crowd"] = (0, [dict(start, cpus=2), win])
+        recs["crowd"] = (0, [start, dict(win, alternate=None)])
         rep = analyze.analyze({"what_if": []}, recs, 25e6, {"cache_capacity_bytes": 50e6})
         self.assertIsNone(rep["model"]["crowd_workers"])
         self.assertEqual(rep["model"]["crowd"], 0.0)

@@ -216,6 +216,35 @@ class Timing(unittest.TestCase):
         self.assertEqual(sorted(seen), list(range(ITEMS)))
         self.assertTrue([r for r in recs if r["ev"] == "warm"])
 
+    def test_crowd_alternates_cpus(self):
+        # The crowd run's steps alternate between all CPUs and CPU 0 (blocks
+        # of 3 here): both phases are timed, and the job ends on all CPUs.
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            self.skipTest("one CPU: nothing to alternate")
+        block, settle = _timing.ALT_BLOCK, _timing.ALT_SETTLE
+        _timing.ALT_BLOCK, _timing.ALT_SETTLE = 3, 1
+        seen_pinned = []
+        real_pin = _timing._pin
+
+        def pin(pids, to):
+            seen_pinned.append(list(to))
+            real_pin(pids, to)
+        _timing._pin = pin
+        try:
+            _, recs, _ = self.job("crowd", workers=2, run_epochs=1, warm_bytes=20 * 1000, crowd=2,
+                                  pin_cpus=[cpus[0]])
+        finally:
+            _timing.ALT_BLOCK, _timing.ALT_SETTLE = block, settle
+            _timing._pin = real_pin
+        alt = self.window(recs)["alternate"]
+        self.assertEqual((alt["cpus_full"], alt["cpus_pinned"]), (len(cpus), 1))
+        self.assertGreater(alt["full_steps"], 0)
+        self.assertGreater(alt["pinned_steps"], 0)
+        self.assertIn([cpus[0]], seen_pinned)
+        self.assertEqual(seen_pinned[-1], cpus)             # all CPUs again at the end
+        self.assertEqual(sorted(os.sched_getaffinity(0)), cpus)
+
     def test_crowd_within_memory(self):
         # No memory for one more worker of this size: the loader keeps its own;
         # a loader without workers is never given any.

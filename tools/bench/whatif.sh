@@ -7,9 +7,9 @@
 # for real (EPOCHS epochs, epochs >= 1 count, median), with memory for the
 # pipeline plus that cache, and the table prints measured against predicted.
 # The target: every error within 15% (docs/analyze.md). The analyze runs are
-# spread between the cache groups, and a second error column normalises each
-# group by the machine's speed then (its RAM epoch at the same workers against
-# the median of all groups').
+# spread between the cache groups, so that their median prediction stands for
+# the same hour as the measurements. Each group's RAM epochs are printed with
+# it (the machine's speed then).
 #
 # Environment: WHATIF_CACHES ("25 50 100"), WHATIF_WORKERS ("1 4"),
 # WHATIF_MBPS ("25 100"), WHATIF_RUNS (1: medians over runs), WHATIF_ANALYZE
@@ -91,39 +91,32 @@ for rep in reps:
 pred = {k: dict(sorted(v, key=lambda w: w["predicted_epoch_seconds"])[len(v) // 2],
                 predicted_epoch_seconds=statistics.median(w["predicted_epoch_seconds"] for w in v))
         for k, v in preds.items()}
-# The machine's speed in each group against the whole run's: its RAM epoch
-# (same workers) over the median of all groups' RAM epochs.
 ram_med = {k: statistics.median(v) for k, v in ram.items()}
-speed = {}
-for (g, w), v in ram_med.items():
-    allw = [x for (g2, w2), x in ram_med.items() if w2 == w]
-    speed[(g, w)] = v / statistics.median(allw)
 print("predicted from %d analyze run(s) at cache 50%%, 2 workers, 25 MB/s, spread between the groups (median "
       "of the predictions; epochs measured there: %s s; crowd runs: %s)"
       % (len(reps), ", ".join("%.2f" % (r.get("epoch_seconds") or 0) for r in reps),
-         ", ".join("%s workers k=%.2f" % (r["model"].get("crowd_workers"), r["model"].get("crowd", 0.0))
-                   if r.get("model", {}).get("crowd_workers") else "none" for r in reps)))
-print("%6s %8s %6s %9s %10s %7s  %6s %10s %7s  %s" % ("cache", "workers", "MB/s", "measured", "predicted",
-                                                   "error", "speed", "normalised", "error", "bound"))
-errs, nerrs = [], []
+         ", ".join("k=%.2f (step %.2fx on %s of the CPUs)" % (r["model"]["crowd"], r["model"]["crowd_step_ratio"],
+                                                            r["model"]["crowd_cpus"])
+                   if r.get("model", {}).get("crowd_step_ratio") else "none" for r in reps)))
+print("%6s %8s %6s %9s %10s %7s %9s  %s" % ("cache", "workers", "MB/s", "measured", "predicted", "error",
+                                          "RAM then", "bound"))
+errs = []
 for name in sorted(rows, key=lambda n: (int(n.split("@")[0][9:]), int(n.split("/w")[1]), int(n.split("@")[1].split("MBps")[0]))):
     c = int(name.split("@")[0][9:])
     m = int(name.split("@")[1].split("MBps")[0])
     w = int(name.split("/w")[1])
     meas = statistics.median(rows[name])
-    sp = speed.get((c, w), 1.0)
+    rm = ram_med.get((c, w))
     p = pred.get((c, w, m))
     if p is None:
         print("%5d%% %8d %6d %9.2f %10s" % (c, w, m, meas, "-"))
         continue
     err = p["predicted_epoch_seconds"] / meas - 1
-    nerr = p["predicted_epoch_seconds"] / (meas / sp) - 1
     errs.append(abs(err))
-    nerrs.append(abs(nerr))
-    print("%5d%% %8d %6d %9.2f %10.2f %+6.0f%%  %6.2f %10.2f %+6.0f%%  %s"
-          % (c, w, m, meas, p["predicted_epoch_seconds"], 100 * err, sp, meas / sp, 100 * nerr, p["bottleneck"]))
+    print("%5d%% %8d %6d %9.2f %10.2f %+6.0f%% %9s  %s"
+          % (c, w, m, meas, p["predicted_epoch_seconds"], 100 * err, "-" if rm is None else "%.2f" % rm,
+             p["bottleneck"]))
 if errs:
-    print("largest error %.0f%%, median %.0f%%; drift-normalised (each group's RAM epoch against the median "
-          "RAM epoch, same workers): largest %.0f%%, median %.0f%% (target: every one within 15%%)"
-          % (100 * max(errs), 100 * statistics.median(errs), 100 * max(nerrs), 100 * statistics.median(nerrs)))
+    print("largest error %.0f%%, median %.0f%% (target: every one within 15%%)"
+          % (100 * max(errs), 100 * statistics.median(errs)))
 PY
