@@ -94,19 +94,58 @@ class Batch:
         return np.divide(images, np.float32(255), out=out, dtype=np.float32)
 
 
+def _buffer(size):
+    """A writable buffer of SIZE bytes, page-aligned (an anonymous mapping),
+    as O_DIRECT reads want."""
+    import mmap
+    return mmap.mmap(-1, max(size, 1))
+
+
+def _open_direct(path):
+    """A descriptor for PATH read with O_DIRECT where the system allows it
+    (on an epochfs mount the kernel then hands the daemon 1 MiB requests
+    and copies once, into the reader's buffer, instead of 128 KiB ones
+    through the page cache: a float32 batch read 2.6x faster, for a tenth
+    of the reader's system CPU; docs/prep.md), else plainly."""
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+    direct = getattr(os, "O_DIRECT", 0)
+    if direct:
+        try:
+            return os.open(path, flags | direct)
+        except OSError as e:
+            import errno
+            if e.errno != errno.EINVAL:
+                raise
+    return os.open(path, flags)
+
+
 def read_batch(path, into=None):
-    """Reads one batch file. INTO (a bytearray) is reused when large enough, so
-    a loop over batches allocates nothing; the batch then lives in it."""
-    with open(path, "rb", buffering=0) as f:
-        size = os.fstat(f.fileno()).st_size
+    """Reads one batch file. INTO (a writable buffer, as a Batch's
+    pixels.obj) is reused when large enough, so a loop over batches
+    allocates nothing; the batch then lives in it."""
+    fd = _open_direct(path)
+    try:
+        size = os.fstat(fd).st_size
         if into is None or len(into) < size:
-            into = bytearray(size)
-        view, got = memoryview(into)[:size], 0
+            into = _buffer(size)
+        view, got, plain = memoryview(into)[:size], 0, False
         while got < size:
-            n = f.readinto(view[got:])
+            try:
+                n = os.readv(fd, [view[got:]])
+            except OSError as e:
+                import errno
+                if e.errno != errno.EINVAL or got or plain:
+                    raise
+                # O_DIRECT refused at the read (a file system that takes
+                # the flag at open only): read it plainly.
+                os.close(fd)
+                fd, plain = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)), True
+                continue
             if not n:
                 break
             got += n
+    finally:
+        os.close(fd)
     return Batch(view[:got])
 
 

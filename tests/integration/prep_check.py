@@ -1,7 +1,8 @@
 """Helpers for t_prep.sh: a consumer, and the labels a batch must carry.
 
 consume MOUNT NAME EPOCHS   read every batch of every epoch in order; print
-                            "epoch index md5 n bad" per batch
+                            "epoch index md5 n bad" per batch (consume-plain:
+                            buffered reads, not read_batch's O_DIRECT)
 labels MOUNT NAME SRCROOT SEED EPOCH
                             check every batch's labels against ImageFolder's
                             order of SRCROOT and the epoch's permutation,
@@ -17,6 +18,15 @@ import epochfs_prep as ep  # noqa: E402
 
 M = (1 << 64) - 1
 EXT = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+
+def plain(mount, name, epoch):
+    """The batches of EPOCH read the way readers did before O_DIRECT
+    (buffered, through the page cache): what read_batch gives must match."""
+    d = os.path.join(ep.group_dir(mount, name), "epoch-%04d" % epoch)
+    for entry in sorted(os.listdir(d)):
+        with open(os.path.join(d, entry), "rb") as f:
+            yield ep.Batch(bytearray(f.read()))
 
 
 def rng_next(s):
@@ -60,10 +70,10 @@ def imagefolder(root):
 
 def main():
     cmd, mount, name = sys.argv[1:4]
-    if cmd == "consume":                # consume MNT NAME EPOCHS [FIRST]
+    if cmd in ("consume", "consume-plain"):   # consume MNT NAME EPOCHS [FIRST]
         first = int(sys.argv[5]) if len(sys.argv) > 5 else 0
         for e in range(first, first + int(sys.argv[4])):
-            for i, b in enumerate(ep.batches(mount, name, e)):
+            for i, b in enumerate(ep.batches(mount, name, e) if cmd == "consume" else plain(mount, name, e)):
                 assert (b.epoch, b.index) == (e, i), (b.epoch, b.index, e, i)
                 print(e, i, hashlib.md5(b.pixels).hexdigest(), hashlib.md5(b.labels.tobytes()).hexdigest(),
                       b.n, b.bad_samples)
