@@ -68,7 +68,12 @@ bytes=$(stat_of "$T/m0" bytes_total)
 
 epoch_all 0 "epoch 0"
 s0=$(total storage_read_bytes)
-[ "$s0" -le $((bytes * 105 / 100)) ] || fail "epoch 0 read $s0 storage bytes for $bytes"
+# Each item once from storage, but a peer fetch that times out on a lossy
+# link (0.3% drop, --peer-timeout 1, slower still under the sanitizers)
+# falls back to storage, correctly: at most one file's bytes per error.
+e0=$(total peer_errors)
+big=$(find "$T/src" -type f -printf '%s\n' | sort -n | tail -1)
+[ "$s0" -le $((bytes * 105 / 100 + e0 * big)) ] || fail "epoch 0 read $s0 storage bytes for $bytes ($e0 peer errors)"
 ok "epoch 0 over $LINKS: $s0 storage bytes for a $bytes-byte dataset; files identical"
 
 drop_caches
