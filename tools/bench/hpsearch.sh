@@ -27,17 +27,10 @@ STEP=${HP_STEP_MS:-15}
 CONFIGS=${HP_CONFIGS:-tv f32 u8}
 DATA=${PREPB_DIR:-build/bench-prep}
 PY=/usr/bin/python3
-if ! $PY -c "import torchvision, numpy" 2>/dev/null; then
-	EPOCHFS_DEPS_EXTRA="python3-torchvision python3-numpy python3-pil" bash tools/install-deps.sh ||
-		{ echo "hpsearch: needs python3-torchvision; skipped" >&2; exit 0; }
-fi
 . tools/bench/lib.sh
+need_torchvision "hpsearch"
 bench_init hpsearch
-if [ ! -f "$DATA/.files-$FILES" ]; then
-	rm -rf "$DATA"
-	"$BUILD/epochfs-gen" "$DATA" --files "$FILES" --classes 20 --seed 5
-	touch "$DATA/.files-$FILES"
-fi
+prep_dataset "$DATA" "$FILES"
 SRC=$(realpath "$DATA")
 ROWS=${HP_ROWS:-$W/rows}
 : > "$ROWS"

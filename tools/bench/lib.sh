@@ -4,6 +4,10 @@
 #   bench_init NAME      sets W (with W/mnt) and the exit trap; a script may
 #                        define bench_cleanup_more for its own leftovers
 #   EP_PID               the daemon started in the background, if any
+#   need_torchvision WHO  installs Debian's torchvision when missing, or
+#                        says WHO is skipped and exits 0
+#   prep_dataset DIR N   part 5's ImageFolder dataset of N JPEGs in DIR
+#                        (generated once; kept with a .files-N mark)
 BUILD=${BUILD:-build}
 EP_PID=
 
@@ -30,3 +34,16 @@ wait_mount() {
 
 stat_of() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$W/mnt/.epochfs/stats.json" "$1"; }
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+
+need_torchvision() {
+	/usr/bin/python3 -c "import torchvision, numpy" 2>/dev/null && return 0
+	EPOCHFS_DEPS_EXTRA="python3-torchvision python3-numpy python3-pil" bash tools/install-deps.sh ||
+		{ echo "$1: needs python3-torchvision; skipped" >&2; exit 0; }
+}
+
+prep_dataset() {
+	[ -f "$1/.files-$2" ] && return 0
+	rm -rf "$1"
+	"$BUILD/epochfs-gen" "$1" --files "$2" --classes 20 --seed 5
+	touch "$1/.files-$2"
+}

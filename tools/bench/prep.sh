@@ -17,17 +17,10 @@ FILES=${PREPB_FILES:-2000}
 K=${PREPB_JOBS:-4}
 DATA=${PREPB_DIR:-build/bench-prep}
 PY=/usr/bin/python3
-if ! $PY -c "import torchvision, numpy" 2>/dev/null; then
-	EPOCHFS_DEPS_EXTRA="python3-torchvision python3-numpy python3-pil" bash tools/install-deps.sh ||
-		{ echo "prep bench: needs python3-torchvision; skipped" >&2; exit 0; }
-fi
 . tools/bench/lib.sh
+need_torchvision "prep bench"
 bench_init prepbench
-if [ ! -f "$DATA/.files-$FILES" ]; then
-	rm -rf "$DATA"
-	"$BUILD/epochfs-gen" "$DATA" --files "$FILES" --classes 20 --seed 5
-	touch "$DATA/.files-$FILES"
-fi
+prep_dataset "$DATA" "$FILES"
 SRC=$(realpath "$DATA")
 tar cf - -C "$SRC" . | cat > /dev/null          # both sides read warm data
 "$BUILD/epochfs" -f --prep-mem 2G "$SRC" "$W/mnt" 2>"$W/err" & EP_PID=$!
