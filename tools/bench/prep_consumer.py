@@ -1,6 +1,7 @@
 """One consumer of a prep group, as a training loop would be: every batch of
 an epoch, in order, as float32 torch tensors (uint8 batches are turned into
-[0, 1] floats here, what ToTensor gives), or raw bytes with --raw.
+[0, 1] floats here, what ToTensor gives), or only the batch files' bytes
+with --raw (read as every reader does, epochfs_prep.read_batch).
 
     prep_consumer.py MOUNT NAME EPOCH [--raw]
 prints one JSON line: batches, images, bytes, cpu_s (this process), wall_s.
@@ -28,17 +29,12 @@ batches = images = nbytes = 0
 buf = out = None
 d = os.path.join(mount, ".prep", name, "epoch-%04d" % epoch)
 for f in sorted(os.listdir(d)):
-    if raw:
-        with open(os.path.join(d, f), "rb", buffering=0) as fh:
-            while True:
-                chunk = fh.read(1 << 20)
-                if not chunk:
-                    break
-                nbytes += len(chunk)
-        batches += 1
-        continue
-    b = ep.read_batch(os.path.join(d, f), buf)
+    b = ep.read_batch(os.path.join(d, f), buf)   # O_DIRECT into one recycled buffer
     buf = b.pixels.obj
+    if raw:
+        batches += 1
+        nbytes += len(b.pixels)
+        continue
     x, y = b.torch()
     if b.dtype == "uint8":                  # ToTensor's x / 255, into one recycled array
         out = b.float01(out)
