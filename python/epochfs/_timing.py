@@ -61,6 +61,12 @@ ALT_BLOCK = 10              # crowd run: steps per phase
 ALT_SETTLE = 4              # crowd run: steps after a switch not counted (batches made in the other phase)
 
 
+def _worker_pids(it):
+    """The process ids of DataLoader iterator IT's workers (none for an
+    iterator without, or None)."""
+    return [p for p in (getattr(w, "pid", None) for w in getattr(it, "_workers", None) or []) if p]
+
+
 def _pin(pids, cpus):
     """Every thread of every process in PIDS to CPUS (quietly skipping
     the ones that are gone)."""
@@ -559,9 +565,9 @@ class Timer:
             if self.win["steps"] % 16 == 1:
                 # A worker's memory, at its largest seen (the workers are
                 # gone once an epoch ends): what one more would need.
-                m = self._worker_anon(it)
+                m = self._worker_private(it)
                 if m is not None:
-                    self.win["worker_anon"] = max(m, self.win.get("worker_anon") or 0)
+                    self.win["worker_private"] = max(m, self.win.get("worker_private") or 0)
             if self.win["steps"] == self.win["skip"]:
                 # The first batches come out of the workers together, one
                 # each: past them, the loader runs at its steady rate.
@@ -593,32 +599,29 @@ class Timer:
         if a["n"] >= ALT_BLOCK:
             a["phase"] = "pinned" if a["phase"] == "full" else "full"
             a["n"] = 0
-            pids = [os.getpid()] + [getattr(w, "pid", None) for w in getattr(it, "_workers", None) or []]
-            _pin([p for p in pids if p], self.pin_cpus if a["phase"] == "pinned" else a["full"])
+            _pin([os.getpid()] + _worker_pids(it), self.pin_cpus if a["phase"] == "pinned" else a["full"])
 
     @staticmethod
-    def _worker_anon(it):
+    def _worker_private(it):
         """The mean memory of its own (Private_Dirty: what it wrote, not
         what it shares with the process that forked it) of IT's worker
         processes, bytes, or None: what one more worker would need."""
         got = []
-        for w in getattr(it, "_workers", None) or []:
-            pid = getattr(w, "pid", None)
+        for pid in _worker_pids(it):
             try:
                 with open("/proc/%d/smaps_rollup" % pid) as f:
                     for line in f:
                         if line.startswith("Private_Dirty:"):
                             got.append(int(line.split()[1]) * 1024)
-            except (OSError, TypeError, ValueError):
+            except (OSError, ValueError):
                 pass
         return sum(got) / len(got) if got else None
 
     def _cpu_now(self, it):
         t = os.times()
         workers = {}
-        for w in getattr(it, "_workers", None) or []:
-            pid = getattr(w, "pid", None)
-            c = _cpu_of(pid) if pid else None
+        for pid in _worker_pids(it):
+            c = _cpu_of(pid)
             if c is not None:
                 workers[pid] = c
         return {"self": t.user + t.system, "children": t.children_user + t.children_system,
@@ -680,8 +683,7 @@ class Timer:
         alt = None
         if self.alt is not None:
             a = self.alt
-            pids = [os.getpid()] + [getattr(w, "pid", None) for w in getattr(it, "_workers", None) or []]
-            _pin([p for p in pids if p], a["full"])
+            _pin([os.getpid()] + _worker_pids(it), a["full"])
             alt = {"cpus_full": len(a["full"]), "cpus_pinned": len(self.pin_cpus),
                    "full_steps": a["acc"]["full"][0], "full_seconds": a["acc"]["full"][1],
                    "pinned_steps": a["acc"]["pinned"][0], "pinned_seconds": a["acc"]["pinned"][1]}
@@ -700,7 +702,7 @@ class Timer:
         steady = {"steady_seconds": now - st0, "steady_steps": steps - win["skip"],
                   "startup_seconds": st0 - win["t0"]} if st0 is not None and steps > win["skip"] else {}
         self._write({"ev": "window", "mode": "crowd" if self.crowd else self.mode, "complete": complete,
-                     "seconds": secs, "worker_anon_bytes": win.get("worker_anon"), "alternate": alt,
+                     "seconds": secs, "worker_private_bytes": win.get("worker_private"), "alternate": alt,
                      "wait": wait, "compute": secs - wait, "steps": steps, "items": items,
                      "epochs_complete": len(eps), "worker_cpu": worker_cpu,
                      "main_cpu": cpu1["self"] - cpu0["self"],

@@ -327,7 +327,7 @@ def crowd_plan(results):
     if w >= 2 * c:
         return None, "the job has %d workers already, twice the %d CPUs or more" % (w, c)
     warm = _first((results.get("warm") or (0, []))[1], "window") or {}
-    per = warm.get("worker_anon_bytes") or 0
+    per = warm.get("worker_private_bytes") or 0
     dims, dtype = warm.get("batch_shape"), warm.get("batch_dtype") or ""
     if per and dims:
         n = 1

@@ -305,7 +305,7 @@ class Report(unittest.TestCase):
         # by the warm run's worker and two batches in flight.
         recs = self.records()
         self.assertEqual(analyze.crowd_plan(recs), ({"workers": 2, "cpus": 1, "worker_bytes": 0}, None))
-        recs["warm"][1][1].update(worker_anon_bytes=5e7, batch_shape=[10, 3, 8, 8], batch_dtype="float32")
+        recs["warm"][1][1].update(worker_private_bytes=5e7, batch_shape=[10, 3, 8, 8], batch_dtype="float32")
         for r in recs.values():
             r[1][0]["workers"] = 1
         self.assertEqual(analyze.crowd_plan(recs)[0], {"workers": 2, "cpus": 1, "worker_bytes": 5e7 + 2 * 7680})

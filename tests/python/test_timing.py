@@ -212,7 +212,7 @@ class Timing(unittest.TestCase):
         self.assertEqual((start["mode"], start["workers"], start["workers_asked"]), ("crowd", 3, 1))
         w = self.window(recs)
         self.assertEqual((w["mode"], w["steps"]), ("crowd", ITEMS // BATCH))
-        self.assertGreater(w["worker_anon_bytes"], 1 << 20)
+        self.assertGreater(w["worker_private_bytes"], 1 << 20)
         self.assertEqual(sorted(seen), list(range(ITEMS)))
         self.assertTrue([r for r in recs if r["ev"] == "warm"])
 
