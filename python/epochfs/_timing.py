@@ -518,6 +518,10 @@ class Timer:
         t0 = time.perf_counter()
         if cur["last"] is not None:
             cur["compute"] += t0 - cur["last"]
+            if self.win is not None and cur["measured"] and "first_compute" not in self.win:
+                # The window's first step: in a process's first epoch it
+                # holds one-time costs (CUDA's start, cuDNN's choices).
+                self.win["first_compute"] = t0 - cur["last"]
         if replaying:
             # Once replay began, the job's epochs keep their length but
             # never fetch again (also after the window, if the job goes on).
@@ -632,7 +636,7 @@ class Timer:
         loader = self.loader()
         self.win = {"t0": self.cur["t0"], "steps": 0, "epochs": [], "cpu0": self._cpu_now(it),
                     "stats0": _mount_stats(self.mount),
-                    "skip": max(1, getattr(loader, "num_workers", 0) or 0)}
+                    "skip": max(1, getattr(loader, "num_workers", 0) or 0), "first_epoch": self.epoch}
         self.win["daemon_cpu0"] = self._daemon_cpu(self.win["stats0"])
 
     def _restart_window(self, t):
@@ -643,6 +647,7 @@ class Timer:
         self.cur["startup"] = 0.0
         self.win["t0"] = t
         self.win["skip"] = 0                # replayed steps have no start-up
+        self.win.pop("first_compute", None)
         self.win["steady_t0"] = t
         # Within this epoch: a next epoch's iterator would start workers
         # again, and the compute per step needs no more than one epoch.
@@ -709,6 +714,7 @@ class Timer:
                      "daemon_cpu": (d1 - win["daemon_cpu0"]) if d1 is not None and
                      win["daemon_cpu0"] is not None else None,
                      "stats_before": win["stats0"], "stats_after": stats1, "skip": win["skip"],
+                     "first_step_compute": win.get("first_compute"), "first_epoch": win["first_epoch"],
                      "batch_shape": self.batch_shape[0] if self.batch_shape else None,
                      "batch_dtype": self.batch_shape[1] if self.batch_shape else None, **steady})
         if self.exit_when_done:

@@ -58,6 +58,7 @@ from ._model import Profile
 from ._timing import mem_room
 
 MODES = ("as-is", "warm", "compute", "crowd")
+CROWD_MIN_STEPS = 12        # steps each crowd phase must measure for its ratio (two blocks past their settling)
 WHAT_IF_KEYS = ("cache", "workers", "cores", "storage", "nodes", "jobs", "prefetch")
 
 
@@ -433,10 +434,14 @@ def analyze(opts, results, storage_bps, mount_stats, gpu=None):
     T_w = per_epoch(warm, S)
     crowd = None            # the crowd run's phases: calibrate()'s CROWD
     cstart, alt = _first((results.get("crowd") or (0, []))[1], "start"), (wins.get("crowd") or {}).get("alternate")
-    if (cstart and alt and alt["full_steps"] >= 4 and alt["pinned_steps"] >= 4 and alt["full_seconds"] > 0
-            and (cstart.get("workers") or 0) > alt["cpus_pinned"]):
-        crowd = {"workers": cstart["workers"], "cores": alt["cpus_pinned"], "cores_full": alt["cpus_full"],
-                 "ratio": (alt["pinned_seconds"] / alt["pinned_steps"]) / (alt["full_seconds"] / alt["full_steps"])}
+    few = None              # the crowd run's phases measured too few steps for a ratio
+    if (cstart and alt and alt["full_seconds"] > 0 and (cstart.get("workers") or 0) > alt["cpus_pinned"]):
+        if min(alt["full_steps"], alt["pinned_steps"]) >= CROWD_MIN_STEPS:
+            crowd = {"workers": cstart["workers"], "cores": alt["cpus_pinned"], "cores_full": alt["cpus_full"],
+                     "ratio": (alt["pinned_seconds"] / alt["pinned_steps"])
+                     / (alt["full_seconds"] / alt["full_steps"])}
+        else:
+            few = (alt["full_steps"], alt["pinned_steps"])
     c = (comp["compute"] / comp["steps"]) if comp and comp.get("steps") else None
     if c is None and warm and warm.get("steps"):
         c = warm["compute"] / warm["steps"]          # no compute run: the warm run's non-wait time
@@ -448,10 +453,30 @@ def analyze(opts, results, storage_bps, mount_stats, gpu=None):
                        "worker_cpu_per_item": w["worker_cpu"] / w["items"] if w.get("items") else None}
     epoch = T_a if T_a is not None else T_w
     compute_s = c * S if c is not None else None
-    prep = max(0.0, T_w - compute_s) if T_w is not None and compute_s is not None else None
+    # The warm run is the as-is one without fetching: where it came out
+    # slower (the machine's drift; one-time costs in its first steps), there
+    # is no fetch stall, and the stall is prep's up to the as-is epoch: the
+    # parts never add up to more than the epoch.
+    t_w = min(T_w, T_a) if T_w is not None and T_a is not None else T_w
+    prep = max(0.0, t_w - compute_s) if t_w is not None and compute_s is not None else None
     fetch = max(0.0, T_a - T_w) if T_a is not None and T_w is not None else None
     rep.update({"epoch_seconds": epoch, "compute_seconds": compute_s, "prep_stall_seconds": prep,
                 "fetch_stall_seconds": fetch})
+    # A warm run measured in its process's first epoch whose first step
+    # took far longer than the others: one-time costs (a GPU's start) that
+    # the as-is run's warm-up epoch keeps out of its own window.
+    if warm and warm.get("first_epoch") == 0 and warm.get("first_step_compute") and c:
+        first = warm["first_step_compute"]
+        if first > 0.2 and first > 10 * c:
+            rep.setdefault("notes", []).append(
+                "the warm run's first step took %.2f s outside next() (a steady one %.1f ms): one-time costs "
+                "of the job's start (CUDA, cuDNN's choices, compilation), in its window since the warm run "
+                "measures its process's first epoch" % (first, 1e3 * c))
+    if T_a is not None and T_w is not None and T_w > 1.05 * T_a:
+        rep.setdefault("notes", []).append(
+            "the warm run's epoch (%.2f s) came out %.0f%% longer than the as-is one: no fetch stall, and prep "
+            "stall taken up to the as-is epoch (drift between the runs, or one-time costs in the warm run's "
+            "first steps, which are its process's first)" % (T_w, 100 * (T_w / T_a - 1)))
     if asis:
         rep["as_is_wait_seconds"] = asis["wait"] / asis["steps"] * S if asis["steps"] else None
         sb = counter_delta(asis, "storage_read_bytes")
@@ -466,6 +491,11 @@ def analyze(opts, results, storage_bps, mount_stats, gpu=None):
                             "daemon_cpu_per_epoch": asis["daemon_cpu"] / asis["steps"] * S
                             if asis.get("daemon_cpu") is not None else None}
     rep["storage_mbps_probed"] = storage_bps / 1e6 if storage_bps else None
+    if few:
+        rep.setdefault("notes", []).append(
+            "the crowd run measured %d and %d steps in its two phases, too few for a ratio (%d each: a phase's "
+            "first steps carry batches begun in the other); the cost of workers beyond the cores is left out "
+            "(more --steps, or --epochs)" % (few[0], few[1], CROWD_MIN_STEPS))
     # The model's inputs.
     q = None
     src = warm if warm and warm.get("items") else asis
@@ -509,7 +539,15 @@ def analyze(opts, results, storage_bps, mount_stats, gpu=None):
     if frac_seen is not None:
         prof.measured_hit = max(0.0, min(1.0, 1.0 - frac_seen))
     raw_asis = prof.epoch_seconds()
-    prof.calibrate(T_w, T_a, crowd)
+    # With nothing fetched (every byte a hit, measured), the as-is run is
+    # the warm one run for real past its warm-up: where it came out faster,
+    # the warm run's extra time is drift or its first steps' one-time costs,
+    # and the CPU side is anchored to the as-is epoch instead.
+    anchor, anchor_run = T_w, "warm"
+    if (T_w is not None and T_a is not None and T_a < T_w and prof.measured_hit is not None
+            and prof.measured_hit >= 0.999):
+        anchor, anchor_run = T_a, "as-is"
+    prof.calibrate(anchor, T_a, crowd)
     rep["model"] = {"prep_cpu_per_item": q, "compute_per_step": c, "main_cpu_per_step": u,
                     "serve_cpu_per_item": r, "startup_seconds": startup, "cache_kind": kind,
                     "cache_fraction": frac, "hit": prof.hit(), "hit_measured": prof.measured_hit is not None,
@@ -521,6 +559,7 @@ def analyze(opts, results, storage_bps, mount_stats, gpu=None):
                     "storage_bps_effective": storage_bps * prof.bw_scale, "storage_bps": storage_bps,
                     "bw_scale": prof.bw_scale, "prefetch": prof.prefetch,
                     "uncalibrated_as_is_seconds": raw_asis,
+                    "cpu_anchor": anchor_run,
                     "as_is_seconds": prof.epoch_seconds(),
                     "warm_seconds": prof.scenario(cache_frac=1.0, cache_kind="minio",
                                                   via_mount=False).epoch_seconds()}
@@ -648,23 +687,37 @@ def what_ifs(prof, asked, data_bytes):
 
 
 def advice(prof, now, cpus, workers):
-    """The single change that helps most, of a few a user can make."""
-    cands = [("prefetch on (run the job under epochfs-run)", {"prefetch": True}),
-             ("cache the whole dataset (cache = 100%)", {"cache_frac": 1.0, "cache_kind": "minio"}),
-             ("%d DataLoader workers" % max(1, 2 * int(cpus)), {"workers": max(1, 2 * int(cpus))}),
-             ("twice the CPU cores (%g), workers to match" % (2 * cpus),
-              {"cores": 2 * cpus, "workers": max(workers, 2 * int(cpus))}),
-             ("storage twice as fast", {"storage_bps": prof.storage_bps * 2}),
-             ("a second node with its cache (2 nodes)", {"nodes": 2})]
-    best = None
+    """The single change that helps most, of a few a user can make; with
+    "without_hardware": the best of those that need no more hardware
+    (prefetch, the number of workers), when that is another change and
+    helps by at least 5%."""
     base = prof.epoch_seconds()
-    for name, kw in cands:
+    # The worker count: the fewest within 2% of the best of 1..2x the CPUs.
+    top = max(1, 2 * int(cpus))
+    times = {w: prof.scenario(workers=w).epoch_seconds() for w in range(1, top + 1)}
+    fastest = min(times.values())
+    best_w = min(w for w, t in times.items() if t <= fastest * 1.02)
+    cands = [("prefetch on (run the job under epochfs-run)", {"prefetch": True}, False),
+             ("cache the whole dataset (cache = 100%)", {"cache_frac": 1.0, "cache_kind": "minio"}, True),
+             ("%d DataLoader workers" % best_w, {"workers": best_w}, False),
+             ("twice the CPU cores (%g), workers to match" % (2 * cpus),
+              {"cores": 2 * cpus, "workers": max(workers, 2 * int(cpus))}, True),
+             ("storage twice as fast", {"storage_bps": prof.storage_bps * 2}, True),
+             ("a second node with its cache (2 nodes)", {"nodes": 2}, True)]
+    best = free = None
+    for name, kw, hardware in cands:
         if kw.get("prefetch") and prof.prefetch:
             continue
+        if kw.get("workers") == workers and len(kw) == 1:
+            continue                            # the job's own count: no change
         t = prof.scenario(**kw).epoch_seconds()
-        gain = base / t if t > 0 else 1.0
-        if best is None or gain > best["speedup"]:
-            best = {"change": name, "predicted_epoch_seconds": t, "speedup": gain}
+        got = {"change": name, "predicted_epoch_seconds": t, "speedup": base / t if t > 0 else 1.0}
+        if best is None or got["speedup"] > best["speedup"]:
+            best = got
+        if not hardware and (free is None or got["speedup"] > free["speedup"]):
+            free = got
+    if best is not None and free is not None and free is not best and free["speedup"] >= 1.05:
+        best["without_hardware"] = free
     return best
 
 
@@ -732,6 +785,10 @@ def text_report(rep):
         if a:
             L.append("most help: %s -> %.2f s per epoch (%.2fx)" % (a["change"], a["predicted_epoch_seconds"],
                                                                      a["speedup"]))
+            f = a.get("without_hardware")
+            if f:
+                L.append("  with the hardware it has: %s -> %.2f s per epoch (%.2fx)"
+                         % (f["change"], f["predicted_epoch_seconds"], f["speedup"]))
         asked = [w for w in rep.get("what_if", []) if w.get("requested")]
         for w in asked:
             keys = ", ".join("%s=%s" % (k, v) for k, v in w.items()

@@ -8,6 +8,10 @@
 #     the host backend and, with a GPU, on device 0: byte for byte the CPU
 #     path's; with a GPU it also times both (GPU_CHECK_BENCH batches, 50);
 #   - tests/python/test_gpu.py against this library.
+# Environment: CUDA_BUILD (build-cuda), NVCC, PYTHON (the interpreter with
+# torch, /usr/bin/python3), CUDA_NO_BUILD=1 (use the binaries already in
+# CUDA_BUILD as they are, e.g. built on another machine for a GPU machine
+# without the build's headers; no nvcc needed then).
 # Exit: 0 passed, 77 skipped (no nvcc, or no GPU: the reason on the last
 # line, after everything that runs without one passed), else failed.
 cd "$(dirname "$0")/../.." || exit 1
@@ -15,16 +19,23 @@ B=${CUDA_BUILD:-build-cuda}
 say() { echo "cuda-test: $*"; }
 fail() { say "FAIL: $*"; exit 1; }
 
-NVCC=${NVCC:-nvcc}
-if ! command -v "$NVCC" > /dev/null 2>&1; then
-	[ -x /usr/local/cuda/bin/nvcc ] || { say "SKIP: no nvcc (the CUDA toolkit): the GPU path is not built"; exit 77; }
-	NVCC=/usr/local/cuda/bin/nvcc
+PY=${PYTHON:-/usr/bin/python3}
+if [ "${CUDA_NO_BUILD:-}" = 1 ]; then
+	for f in libepochfs_gpu.so epochfs-gpuprobe tests/gpu_check; do
+		[ -x "$B/$f" ] || [ -f "$B/$f" ] || fail "CUDA_NO_BUILD=1 but $B/$f is missing"
+	done
+else
+	NVCC=${NVCC:-nvcc}
+	if ! command -v "$NVCC" > /dev/null 2>&1; then
+		[ -x /usr/local/cuda/bin/nvcc ] || { say "SKIP: no nvcc (the CUDA toolkit): the GPU path is not built"; exit 77; }
+		NVCC=/usr/local/cuda/bin/nvcc
+	fi
+	# SANITIZE= : the library is loaded by Python and uses the CUDA driver,
+	# neither of which runs under ASan; the sanitizer builds cover its C half
+	# through the unit tests.
+	make -s --no-print-directory CUDA=1 SANITIZE= BUILD="$B" NVCC="$NVCC" \
+		"$B/libepochfs_gpu.so" "$B/epochfs-gpuprobe" "$B/tests/gpu_check" || fail "make CUDA=1"
 fi
-# SANITIZE= : the library is loaded by Python and uses the CUDA driver,
-# neither of which runs under ASan; the sanitizer builds cover its C half
-# through the unit tests.
-make -s --no-print-directory CUDA=1 SANITIZE= BUILD="$B" NVCC="$NVCC" \
-	"$B/libepochfs_gpu.so" "$B/epochfs-gpuprobe" "$B/tests/gpu_check" || fail "make CUDA=1"
 
 T=$(mktemp -d /tmp/epochfs-cuda.XXXXXX) || exit 1
 trap 'rm -rf "$T"' EXIT
@@ -33,7 +44,7 @@ skip=""
 out=$(timeout 120 "$B/epochfs-gpuprobe" --batch 8 --height 64 --width 64 --reps 3 --json 2>&1)
 case $? in
 0)
-	/usr/bin/python3 - "$out" <<'PY' || fail "epochfs-gpuprobe --json: $out"
+	$PY - "$out" <<'PY' || fail "epochfs-gpuprobe --json: $out"
 import json, sys
 r = json.loads(sys.argv[1])
 assert r["bytes"] == 8 * 64 * 64 * 3 and r["reps"] == 3, r
@@ -67,13 +78,13 @@ case $rc in
 esac
 [ $rc = 0 ] && [ -n "$skip" ] && fail "gpu_check found a GPU, the probe did not"
 
-if /usr/bin/python3 -c 'import torch' 2> /dev/null; then
+if $PY -c 'import torch' 2> /dev/null; then
 	EPOCHFS_GPU_LIB=$PWD/$B/libepochfs_gpu.so PYTHONPATH=$PWD/python timeout 300 \
-		/usr/bin/python3 -m unittest discover -s tests/python -t tests/python -p test_gpu.py > "$T/py.log" 2>&1 ||
+		$PY -m unittest discover -s tests/python -t tests/python -p test_gpu.py > "$T/py.log" 2>&1 ||
 		{ cat "$T/py.log"; fail "tests/python/test_gpu.py"; }
 	say "python: $(tail -1 "$T/py.log")"
 else
-	say "python: no torch in /usr/bin/python3, test_gpu.py not run"
+	say "python: no torch in $PY, test_gpu.py not run"
 fi
 
 if [ -n "$skip" ]; then

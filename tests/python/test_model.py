@@ -244,6 +244,50 @@ class Report(unittest.TestCase):
         self.assertTrue(any("workers" in w for w in rep["what_if"]))
         self.assertIn("most help", analyze.text_report(rep))
 
+    def test_warm_slower_than_asis_with_nothing_fetched(self):
+        # Every byte a hit (the mount's counters say so) and the warm run
+        # slower than the as-is one (one-time costs in its first steps, as
+        # a GPU job's): no fetch stall, the parts add up to the epoch at
+        # most, the CPU side is anchored to the as-is epoch, and a note says so.
+        recs = self.records()
+        nothing = {"storage_read_bytes": 0, "cache_hit_bytes": 0}
+        asis = dict(recs["as-is"][1][1], seconds=5.0, wait=4.5, compute=0.5, stats_before=nothing,
+                    stats_after=dict(nothing, cache_hit_bytes=100e6))
+        recs["as-is"] = (0, [recs["as-is"][1][0], asis])
+        rep = analyze.analyze({"what_if": []}, recs, 25e6, {"cache_capacity_bytes": 200e6})
+        self.assertAlmostEqual(rep["epoch_seconds"], 5.0)
+        self.assertEqual(rep["fetch_stall_seconds"], 0.0)
+        self.assertAlmostEqual(rep["prep_stall_seconds"], 5.0 - 0.49, places=6)
+        self.assertLessEqual(rep["compute_seconds"] + rep["prep_stall_seconds"], rep["epoch_seconds"] + 1e-9)
+        self.assertEqual(rep["model"]["cpu_anchor"], "as-is")
+        self.assertAlmostEqual(rep["model"]["as_is_seconds"], 5.0, places=2)
+        self.assertTrue(any("10% longer than the as-is" in n for n in rep["notes"]), rep.get("notes"))
+        self.assertFalse(any("one-time costs of the job's start" in n for n in rep["notes"]))
+        # Its first step, in the process's first epoch, took 1 s: said so.
+        warm = dict(recs["warm"][1][1], first_epoch=0, first_step_compute=1.0)
+        recs["warm"] = (0, [recs["warm"][1][0], warm])
+        rep = analyze.analyze({"what_if": []}, recs, 25e6, {"cache_capacity_bytes": 200e6})
+        self.assertTrue(any("first step took 1.00 s" in n for n in rep["notes"]), rep.get("notes"))
+        # With bytes fetched, the warm run stays the anchor.
+        asis["stats_after"] = dict(nothing, storage_read_bytes=50e6)
+        rep = analyze.analyze({"what_if": []}, recs, 25e6, {"cache_capacity_bytes": 50e6})
+        self.assertEqual(rep["model"]["cpu_anchor"], "warm")
+
+    def test_advice_without_hardware(self):
+        # Prep-bound on 2 of 8 CPUs: twice the cores helps most, and the
+        # report also names the best change with the CPUs the job has.
+        recs = self.records()
+        for m in recs:
+            recs[m] = (0, [dict(recs[m][1][0], cpus=8)] + recs[m][1][1:])
+        rep = analyze.analyze({"what_if": []}, recs, 25e6, {"cache_capacity_bytes": 200e6})
+        a = rep["advice"]
+        self.assertIn("twice the CPU cores", a["change"])
+        free = a["without_hardware"]
+        self.assertRegex(free["change"], r"^\d+ DataLoader workers$")
+        self.assertGreater(free["speedup"], 1.05)
+        self.assertLess(free["speedup"], a["speedup"])
+        self.assertIn("with the hardware it has: " + free["change"], analyze.text_report(rep))
+
     def test_crowd_run(self):
         # The crowd run's phases: a step of its 2 workers on 1 CPU took
         # 2.4x one on 2 CPUs: k fitted, in the report and its text; a crowd run the loader kept at its
@@ -263,9 +307,11 @@ class Report(unittest.TestCase):
         self.assertAlmostEqual((warm.scenario(cores=1).epoch_seconds() - p.startup)
                                / (warm.epoch_seconds() - p.startup), 2.4, places=3)
         w4 = [w for w in rep["what_if"] if w.get("workers") == 4 and "cores" not in w][0]
-        no_rate = dict(win, alternate=dict(win["alternate"], pinned_steps=2))
+        no_rate = dict(win, alternate=dict(win["alternate"], pinned_steps=analyze.CROWD_MIN_STEPS - 1))
         recs["crowd"] = (0, [start, no_rate])
-        self.assertIsNone(analyze.analyze({"what_if": []}, recs, 25e6, {})["model"]["crowd_workers"])
+        few = analyze.analyze({"what_if": []}, recs, 25e6, {})
+        self.assertIsNone(few["model"]["crowd_workers"])
+        self.assertTrue(any("too few for a ratio" in n for n in few["notes"]), few.get("notes"))
         recs["crowd"] = (0, [start, dict(win, alternate=None)])
         rep = analyze.analyze({"what_if": []}, recs, 25e6, {"cache_capacity_bytes": 50e6})
         self.assertIsNone(rep["model"]["crowd_workers"])

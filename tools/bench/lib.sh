@@ -12,7 +12,7 @@ BUILD=${BUILD:-build}
 EP_PID=
 
 bench_cleanup() {
-	mountpoint -q "$W/mnt" 2>/dev/null && fusermount3 -uz "$W/mnt"
+	mountpoint -q "$W/mnt" 2>/dev/null && { fusermount3 -uz "$W/mnt" 2>/dev/null || umount -l "$W/mnt"; }
 	[ -n "$EP_PID" ] && kill "$EP_PID" 2>/dev/null || true
 	declare -F bench_cleanup_more > /dev/null && bench_cleanup_more
 	rm -rf "$W"

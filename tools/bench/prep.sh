@@ -4,7 +4,9 @@
 #   (1) images per CPU-second: epochfs's prep workers (prep_cpu_seconds) vs
 #       torchvision's train pipeline (ImageFolder + RandomResizedCrop(224) +
 #       RandomHorizontalFlip + ToTensor) in one process with one thread.
-#       epochfs makes float32 with mean 0 and std 1, i.e. ToTensor's output.
+#       epochfs makes float32 with mean 0 and std 1, i.e. ToTensor's output;
+#       then uint8 against the same pipeline ending in PILToTensor (uint8,
+#       what a job converting on the GPU runs).
 #   (2) K consumers of one group vs K independent torchvision pipelines:
 #       total CPU seconds (the daemon's and the K consumers' vs the K
 #       pipelines'). The group makes uint8 batches; every consumer turns each
@@ -42,6 +44,19 @@ n, ep = int(sys.argv[2]), float(sys.argv[3])
 e, t = n / ep, tv["images"] / tv["cpu_s"]
 print("(1) images per CPU-second: epochfs prep %.0f, torchvision %.0f (%.0f images/s wall, 1 thread): %.2fx   (target >= 2x)"
       % (e, t, tv["images"] / tv["wall_s"], e / t))
+PY
+c0=$(stat_of prep_cpu_seconds)
+"$BUILD/epochfs-prep" "$W/mnt" one8 --batch 64 --jobs 1 > /dev/null
+$PY tools/bench/prep_consumer.py "$W/mnt" one8 0 --raw > /dev/null
+ep_cpu=$(python3 -c "print($(stat_of prep_cpu_seconds) - $c0)")
+$PY tools/bench/tv_pipeline.py "$SRC" --uint8 > "$W/tv8.json"
+python3 - "$W/tv8.json" "$FILES" "$ep_cpu" <<'PY'
+import json, sys
+tv = json.load(open(sys.argv[1]))
+n, ep = int(sys.argv[2]), float(sys.argv[3])
+e, t = n / ep, tv["images"] / tv["cpu_s"]
+print("    uint8: epochfs prep %.0f, torchvision with PILToTensor %.0f (%.0f images/s wall): %.2fx, %.2f of its CPU per image   (target <= 0.5)"
+      % (e, t, tv["images"] / tv["wall_s"], e / t, t / e))
 PY
 
 # (2) K consumers of one group vs K pipelines. The group makes uint8 and each

@@ -36,6 +36,11 @@
 # analyze run of part 7's job predicts epochs at other cache sizes, worker
 # counts and disk speeds, which are then measured.
 #
+# Part gpu (not in the default list: BENCH_PARTS=gpu), the GPU path on a
+# machine with an NVIDIA GPU (tools/bench/gpu.sh): the ingestion probe, the
+# GPU consumer against the CPU reader in C and through PyTorch, and
+# epochfs-analyze on a job training on the GPU; one "skipped" line without.
+#
 # Environment: BENCH_PARTS ("1 2 3 4 5 6 7 8"), BENCH_FILES (12000), BENCH_EPOCHS (5),
 # BENCH_SCAN_FILES (1000000; 0 skips part 2), BENCH_DIR (build/bench-data);
 # parts 3 to 8 take THRASH_*, CHUNK_*, PREPB_*, HP_*, PEERB_*, STALL_* and WHATIF_* (see their scripts).
@@ -190,4 +195,8 @@ fi
 
 if part 8; then
 	BUILD=$BUILD bash tools/bench/whatif.sh
+fi
+
+if part gpu; then
+	BUILD=$BUILD bash tools/bench/gpu.sh
 fi
