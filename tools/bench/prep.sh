@@ -10,7 +10,9 @@
 #   (2) K consumers of one group vs K independent torchvision pipelines:
 #       total CPU seconds (the daemon's and the K consumers' vs the K
 #       pipelines'). The group makes uint8 batches; every consumer turns each
-#       into a float32 [0, 1] tensor, as ToTensor would.
+#       into a float32 [0, 1] tensor, as ToTensor would. Then per image
+#       under that load: prep's CPU while the K consumers read, against K
+#       torchvision uint8 pipelines (PILToTensor) at once.
 #   (3) GB/s one consumer pulls through batch files already made.
 # Environment: PREPB_FILES (2000), PREPB_JOBS (4), PREPB_DIR (build/bench-prep).
 set -eu
@@ -63,14 +65,30 @@ PY
 # consumer turns it into float32 in [0, 1], the tensor ToTensor gives: a
 # quarter of the bytes through the mount.
 d0=$(daemon_cpu)
+p0=$(stat_of prep_cpu_seconds)
 "$BUILD/epochfs-prep" "$W/mnt" k --batch 64 --jobs "$K" --seed 1 > /dev/null
 pids=""
 for i in $(seq "$K"); do $PY tools/bench/prep_consumer.py "$W/mnt" k 0 > "$W/k$i.json" & pids="$pids $!"; done
 for p in $pids; do wait "$p"; done
 d1=$(daemon_cpu)
+p1=$(stat_of prep_cpu_seconds)
 pids=""
 for i in $(seq "$K"); do $PY tools/bench/tv_pipeline.py "$SRC" > "$W/tv$i.k.json" & pids="$pids $!"; done
 for p in $pids; do wait "$p"; done
+# Under load, per image: prep's CPU while the K consumers read beside it,
+# against K torchvision uint8 pipelines (PILToTensor) running at once.
+pids=""
+for i in $(seq "$K"); do $PY tools/bench/tv_pipeline.py "$SRC" --uint8 > "$W/tv8-$i.k.json" & pids="$pids $!"; done
+for p in $pids; do wait "$p"; done
+python3 - "$W" "$K" "$p0" "$p1" "$FILES" <<'PY'
+import glob, json, os, sys
+w, k, p0, p1, n = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+tvs = [json.load(open(f)) for f in glob.glob(os.path.join(w, "tv8-*.k.json"))]
+ep = 1e3 * (p1 - p0) / n
+tv = 1e3 * sum(t["cpu_s"] for t in tvs) / sum(t["images"] for t in tvs)
+print("    under load (%d readers, or %d pipelines, on %d cores): prep %.2f ms CPU per image, torchvision uint8 %.2f ms: %.2f of its CPU per image   (target <= 0.5)"
+      % (k, k, os.cpu_count(), ep, tv, ep / tv))
+PY
 python3 - "$W" "$K" "$d0" "$d1" "$(stat_of prep_batches_produced)" "$(stat_of prep_batches_regenerated)" <<'PY'
 import glob, json, os, sys
 w, k, d0, d1 = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
