@@ -1,6 +1,7 @@
 """One job of a simulated hyperparameter search (make bench part 5, the
-end-to-end table of tools/bench/hpsearch.sh): one epoch of minibatches with
-a fixed sleep per step standing in for the GPU's training step.
+end-to-end table of tools/bench/hpsearch.sh): --epochs (1) epochs of
+minibatches with a fixed sleep per step standing in for the GPU's training
+step.
 
     hp_job.py tv ROOT [--batch 64] [--workers 1] [--step-ms 15]
         each job its own torchvision pipeline: ImageFolder + RandomResizedCrop
@@ -38,6 +39,7 @@ ap.add_argument("--batch", type=int, default=64)
 ap.add_argument("--workers", type=int, default=1)
 ap.add_argument("--step-ms", type=float, default=15.0)
 ap.add_argument("--seed", type=int, default=0)
+ap.add_argument("--epochs", type=int, default=1)
 ap.add_argument("--touch", action="store_true")
 ap.add_argument("--ready")
 ap.add_argument("--go")
@@ -60,12 +62,18 @@ if a.mode == "tv":
                     T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
     loader = DataLoader(ImageFolder(a.root, transform=tf), batch_size=a.batch, shuffle=True,
                         num_workers=a.workers)
-    batches = loader                # its workers start with the epoch
+
+    def batches():
+        for _ in range(a.epochs):
+            yield from loader           # its workers start with each epoch
 else:
     import epochfs_prep as ep
     if not a.group:
         ap.error("prep needs MOUNT GROUP")
-    batches = ep.torch_batches(a.root, a.group, 0)
+
+    def batches():
+        for e in range(a.epochs):
+            yield from ep.torch_batches(a.root, a.group, e)
 
 if a.ready:
     open(a.ready, "w").close()
@@ -75,7 +83,7 @@ if a.go:
 c0, t0, w0 = cpu(), time.monotonic(), time.time()
 n = images = 0
 check = 0.0
-for x, y in batches:
+for x, y in batches():
     if a.touch:
         check += float(x.sum())
     time.sleep(a.step_ms / 1000.0)

@@ -15,7 +15,8 @@
 # median of HP_RUNS runs, and the speedup against tv measured beside it;
 # the time with the interpreters' start-up is printed too. The data is in the mount's RAM cache first, so what is
 # compared is CPU: K pipelines against one prep and K readers.
-# Environment: HP_JOBS ("2 4 8"), HP_RUNS (3), HP_STEP_MS (15), HP_CONFIGS
+# Environment: HP_JOBS ("2 4 8"), HP_RUNS (3), HP_STEP_MS (15), HP_EPOCHS
+# (1: epochs per job; a group is declared with as many), HP_CONFIGS
 # ("tv f32 u8"), HP_ROWS (a file to keep the rows in), PREPB_FILES (2000),
 # PREPB_DIR (build/bench-prep), HP_DAEMON_ARGS (more epochfs options).
 set -eu
@@ -24,6 +25,7 @@ FILES=${PREPB_FILES:-2000}
 KS=${HP_JOBS:-2 4 8}
 RUNS=${HP_RUNS:-3}
 STEP=${HP_STEP_MS:-15}
+EPOCHS=${HP_EPOCHS:-1}
 CONFIGS=${HP_CONFIGS:-tv f32 u8}
 DATA=${PREPB_DIR:-build/bench-prep}
 PY=/usr/bin/python3
@@ -39,7 +41,7 @@ ROWS=${HP_ROWS:-$W/rows}
 wait_mount "$W/mnt"
 find "$W/mnt/" -name '*.jpg' -print0 | xargs -0 cat > /dev/null      # every image in the RAM cache
 NORM="--mean 0.485,0.456,0.406 --std 0.229,0.224,0.225"
-echo "== part 5, end to end: K jobs of a hyperparameter search, one epoch of $FILES images each, batch 64, ${STEP} ms simulated GPU step, $(nproc) cores"
+echo "== part 5, end to end: K jobs of a hyperparameter search, $EPOCHS epoch(s) of $FILES images each, batch 64, ${STEP} ms simulated GPU step, $(nproc) cores"
 
 # run CONFIG K RUN: the K jobs at once; appends "CONFIG K RUN epoch_s cpu_s
 # daemon_cpu_s images whole_s". The jobs import torch first and wait; the
@@ -50,10 +52,10 @@ run() {
 	tl=$(date +%s.%N)
 	for i in $(seq "$k"); do
 		if [ "$cfg" = tv ]; then
-			$PY tools/bench/hp_job.py tv "$W/mnt" --step-ms "$STEP" --seed "$i" \
+			$PY tools/bench/hp_job.py tv "$W/mnt" --step-ms "$STEP" --epochs "$EPOCHS" --seed "$i" \
 				--ready "$W/ready-$i" --go "$W/go" > "$W/job$i" &
 		else
-			$PY tools/bench/hp_job.py prep "$W/mnt" "$cfg$k-$r" --step-ms "$STEP" \
+			$PY tools/bench/hp_job.py prep "$W/mnt" "$cfg$k-$r" --step-ms "$STEP" --epochs "$EPOCHS" \
 				--ready "$W/ready-$i" --go "$W/go" > "$W/job$i" &
 		fi
 		pids="$pids $!"
@@ -62,8 +64,8 @@ run() {
 	c0=$(awk '{print $14 + $15}' "/proc/$EP_PID/stat")
 	t0=$(date +%s.%N)
 	case $cfg in
-	f32) g="$cfg$k-$r"; "$BUILD/epochfs-prep" "$W/mnt" "$g" --batch 64 --jobs "$k" --seed "$r" --dtype float32 $NORM > /dev/null ;;
-	u8) g="$cfg$k-$r"; "$BUILD/epochfs-prep" "$W/mnt" "$g" --batch 64 --jobs "$k" --seed "$r" > /dev/null ;;
+	f32) g="$cfg$k-$r"; "$BUILD/epochfs-prep" "$W/mnt" "$g" --batch 64 --epochs "$EPOCHS" --jobs "$k" --seed "$r" --dtype float32 $NORM > /dev/null ;;
+	u8) g="$cfg$k-$r"; "$BUILD/epochfs-prep" "$W/mnt" "$g" --batch 64 --epochs "$EPOCHS" --jobs "$k" --seed "$r" > /dev/null ;;
 	esac
 	touch "$W/go"
 	# shellcheck disable=SC2086
