@@ -15,10 +15,10 @@ step.
 With --touch, every step reads the whole images tensor (its sum, what a
 copy from pageable memory to the GPU reads) before the sleep. With --ready
 FILE --go FILE, the job creates READY once its imports are done and starts
-its epoch when GO exists: K jobs then start their epochs together, and
-their interpreters' start-up is left out. Prints one JSON line: batches,
-images, t0 and t1 (the epoch's start and end, time.time()), wall_s, cpu_s
-(the epoch's, this process and its children).
+its first epoch when GO exists: K jobs then start together, and their
+interpreters' start-up is left out. Prints one JSON line: batches, images,
+t0 and t1 (the first epoch's start and the last one's end, time.time()),
+wall_s, cpu_s (the epochs', this process and its children).
 """
 import argparse
 import json
