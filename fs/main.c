@@ -237,6 +237,7 @@ int main(int argc, char **argv)
 		.no_order = o.no_order, .prefetch_mem = o.prefetch_mem, .prefetch_window = o.prefetch_window,
 		.order_expire = o.order_expire,
 		.page_cache = o.page_cache, .no_mem_watch = o.no_mem_watch,
+		.persist = !o.no_persist, .state_dir = o.state_dir, .mountpoint = o.mountpoint,
 	};
 	if (core_open(&co, &core) < 0) {
 		ops_session_free(sess);

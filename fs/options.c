@@ -8,6 +8,7 @@
 
 #include "core.h"
 #include "options.h"
+#include "persist.h"
 #include "prefetch.h"
 #include "pressure.h"
 
@@ -17,7 +18,7 @@ enum {
 	OPT_PREP_THREADS, OPT_PREP_TIMEOUT, OPT_PREP_AHEAD, OPT_PEERS, OPT_PEERS_FILE, OPT_RANK,
 	OPT_PEER_PORT, OPT_PEER_LISTEN, OPT_SECRET_FILE, OPT_INSECURE_PEERS, OPT_PEER_TIMEOUT,
 	OPT_CACHE_REMOTE, OPT_NO_PEERS, OPT_MANIFEST, OPT_PREFETCH_MEM, OPT_PREFETCH_WINDOW, OPT_ORDER_EXPIRE,
-	OPT_NO_ORDER, OPT_PAGE_CACHE, OPT_NO_MEM_WATCH,
+	OPT_NO_ORDER, OPT_PAGE_CACHE, OPT_NO_MEM_WATCH, OPT_STATE_DIR, OPT_NO_PERSIST,
 };
 
 static const struct option longopts[] = {
@@ -43,6 +44,8 @@ static const struct option longopts[] = {
 	{ "no-order", no_argument, NULL, OPT_NO_ORDER },
 	{ "page-cache", required_argument, NULL, OPT_PAGE_CACHE },
 	{ "no-mem-watch", no_argument, NULL, OPT_NO_MEM_WATCH },
+	{ "state-dir", required_argument, NULL, OPT_STATE_DIR },
+	{ "no-persist", no_argument, NULL, OPT_NO_PERSIST },
 	{ "prefault", required_argument, NULL, OPT_PREFAULT },
 	{ "no-prep", no_argument, NULL, OPT_NO_PREP },
 	{ "prep-mem", required_argument, NULL, OPT_PREP_MEM },
@@ -91,6 +94,11 @@ void options_usage(void *fp, const char *prog)
 		"      --cache-chunk SIZE files larger than this are cached in pieces of\n"
 		"                       this size (default 256K; a multiple of 128K)\n"
 		"      --verify         re-check the checksum of every cache hit\n"
+		"      --state-dir DIR  keep the cache in DIR (on tmpfs) so a restarted daemon\n"
+		"                       adopts it: items re-checked against SOURCE, never stale\n"
+		"                       (default: a directory per mount point under\n"
+		"                       " PERSIST_DEFAULT_ROOT "; docs/cache.md)\n"
+		"      --no-persist     the cache dies with the daemon (anonymous memory)\n"
 		"      --scrub-rate SIZE  bytes per second the background scrubber re-checks\n"
 		"                       (default 32M; 0 turns it off)\n"
 		"      --prefault SIZE  make the cache's memory resident in the background,\n"
@@ -349,6 +357,14 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 		case OPT_NO_MEM_WATCH:
 			o->no_mem_watch = 1;
 			break;
+		case OPT_STATE_DIR:
+			if (!*optarg)
+				FAIL("--state-dir: expected a directory (on tmpfs)");
+			o->state_dir = optarg;
+			break;
+		case OPT_NO_PERSIST:
+			o->no_persist = 1;
+			break;
 		case OPT_MANIFEST:
 			if (!*optarg)
 				FAIL("--manifest: expected a file (built by epochfs-manifest)");
@@ -409,6 +425,8 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 		FAIL("--secret-file and --insecure-peers: give one of them");
 	if (o->no_peers && (o->peers || o->peers_file))
 		FAIL("--no-peers with --peers or --peers-file");
+	if (o->no_persist && o->state_dir)
+		FAIL("--state-dir and --no-persist: give one of them");
 	if (argc - optind < 2)
 		FAIL(argc - optind == 1 ? "missing MOUNTPOINT (see --help)"
 					: "missing SOURCE and MOUNTPOINT (see --help)");

@@ -50,6 +50,8 @@ struct options {
 	int no_order;               /* --no-order: no .epochfs/order/ */
 	int page_cache;             /* --page-cache: enum page_cache_mode */
 	int no_mem_watch;           /* --no-mem-watch */
+	const char *state_dir;      /* --state-dir, or NULL: the default */
+	int no_persist;             /* --no-persist */
 	int help, version;
 };
 

@@ -26,10 +26,55 @@ uint64_t core_ram_bytes(void)
 	return limit && (!ram || limit < ram) ? limit : ram;
 }
 
+static int persist_resolve(void *arg, const char *rel, size_t len, uint32_t *id, struct index_version *v)
+{
+	struct index_attr a;
+	int err = core_lookup_rel(arg, rel, len, &a);
+
+	if (err < 0 || !S_ISREG(a.mode))
+		return err < 0 ? err : -ENOENT;
+	*id = a.id;
+	*v = a.v;
+	return 0;
+}
+
+static int persist_path(void *arg, uint32_t id, char *buf, size_t len)
+{
+	return index_path(((struct core *)arg)->ix, id, buf, len);
+}
+
+/* Opens the cache's state directory (the default one for the mount point
+ * unless --state-dir), after removing default states whose mount point is
+ * gone. 0 or -errno (logged). */
+static int persist_setup(struct core *c, const struct core_opts *o, uint64_t cap)
+{
+	char dir[4096], err[600];
+	struct persist_opts po = { .source = c->source, .chunk = c->chunk, .capacity = cap };
+	char *mnt = o->mountpoint ? realpath(o->mountpoint, NULL) : NULL;
+	int e;
+
+	po.mountpoint = mnt ? mnt : o->mountpoint;
+	if (o->state_dir) {
+		snprintf(dir, sizeof(dir), "%s", o->state_dir);
+	} else {
+		persist_sweep(PERSIST_DEFAULT_ROOT);
+		persist_default_dir(PERSIST_DEFAULT_ROOT, po.mountpoint ? po.mountpoint : c->source, dir,
+				    sizeof(dir));
+	}
+	po.dir = dir;
+	e = persist_open(&po, &c->persist, err, sizeof(err));
+	free(mnt);
+	if (e < 0)
+		log_error("%s", err);
+	return e;
+}
+
 /* Sizes and creates the RAM cache. The default is a quarter of RAM, but no
  * more than the dataset needs (items are 64-byte aligned, and files larger
  * than a chunk make one item per chunk). The arena is
- * reserved with MAP_NORESERVE, so budget the data never fills costs nothing. */
+ * reserved with MAP_NORESERVE, so budget the data never fills costs nothing.
+ * With a state directory, the arena is its file, and the items a previous
+ * daemon left there are adopted before anything is served. */
 static int cache_setup(struct core *c, const struct core_opts *o)
 {
 	struct index_totals t;
@@ -49,11 +94,21 @@ static int cache_setup(struct core *c, const struct core_opts *o)
 		return 0;
 	co = (struct cache_opts){ .capacity = cap, .chunk = c->chunk, .verify = o->verify,
 				  .max_items = t.files + t.bytes / c->chunk + 16 };
+	if (o->persist) {
+		if ((err = persist_setup(c, o, cap)) < 0)
+			return err;
+		co.arena_file = 1;
+		co.arena_fd = persist_arena_fd(c->persist);
+	}
 	err = cache_new(&co, &c->cache);
-	if (err < 0)
+	if (err < 0) {
 		log_error("cannot reserve a cache of %llu bytes: %s", (unsigned long long)cap,
 			  strerror(-err));
-	return err;
+		return err;
+	}
+	if (c->persist)
+		persist_adopt(c->persist, c->cache, persist_resolve, persist_path, c, o->scan_threads);
+	return 0;
 }
 
 static ssize_t prep_read_file(void *ctx, const char *rel, void **buf, size_t *cap)
@@ -317,6 +372,7 @@ void core_close(struct core *c)
 	storage_free(c->st);
 	control_free(c->ctl);
 	cache_free(c->cache);
+	persist_close(c->persist);  /* after the cache: it records until then */
 	manifest_free(c->man);
 	index_free(c->ix);
 	if (c->rootfd >= 0)

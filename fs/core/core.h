@@ -77,6 +77,10 @@ struct core_opts {
 	unsigned prep_threads;      /* workers per group; 0: one per CPU */
 	double prep_timeout;        /* seconds before a stalled consumer is dropped */
 	unsigned prep_ahead;        /* batches made past the furthest read; 0: default */
+	int persist;                /* keep the RAM cache in a state directory that outlives the
+				     * daemon, and adopt what a previous daemon left there */
+	const char *state_dir;      /* that directory; NULL: persist_default_dir() for MOUNTPOINT */
+	const char *mountpoint;     /* named in the state (and picks its default directory) */
 };
 
 /* The memory the daemon may use (0 if unknown): physical memory, or its

@@ -12,6 +12,7 @@
 #include "index.h"
 #include "maint.h"
 #include "manifest.h"
+#include "persist.h"
 #include "prefetch.h"
 #include "pressure.h"
 #include "prepdir.h"
@@ -29,6 +30,7 @@ struct core {
 	struct control *ctl;
 	struct watch *watch;
 	struct cache *cache;        /* NULL: no RAM cache */
+	struct persist *persist;    /* the cache's state directory; NULL: not kept (--no-persist) */
 	struct maint *maint;        /* the cache's background thread; NULL: none */
 	struct prepdir *prep;       /* .prep/; NULL with --no-prep */
 	struct manifest *man;       /* --manifest, bound to the index; NULL: none */

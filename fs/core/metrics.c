@@ -60,6 +60,30 @@ int core_samples(struct core *c, struct sample *out, int max)
 	COUNTER("cache_given_back_bytes", "Cache bytes given back to the kernel under memory pressure",
 		cs.given_back);
 	COUNTER("cache_given_back_items", "Cached items dropped with them", cs.given_back_items);
+	COUNTER("cache_no_space", "Items not admitted: the state directory's tmpfs is full", cs.no_space);
+	struct persist_stats pst = { 0 };
+	if (c->persist)
+		persist_get_stats(c->persist, &pst);
+	GAUGE("persist", "1 when the RAM cache lives in a state directory that outlives the daemon",
+	      c->persist != NULL);
+	GAUGE("persist_found", "1 when a previous daemon's state was there at mount", (uint64_t)pst.found);
+	GAUGE("persist_discarded", "1 when that state was discarded whole (another SOURCE, chunk size or "
+	      "format, a corrupt header; the log says which)", (uint64_t)(pst.discarded[0] != 0));
+	GAUGE("persist_records", "Item records the state's table held at mount", pst.records);
+	GAUGE("persist_adopted", "Items adopted from the previous daemon's state", pst.adopted);
+	GAUGE("persist_adopted_bytes", "Bytes of them", pst.adopted_bytes);
+	GAUGE("persist_dropped_changed", "Recorded items not adopted: their file changed in or left SOURCE",
+	      pst.dropped_changed);
+	GAUGE("persist_dropped_corrupt", "Recorded items not adopted: their bytes fail their checksum",
+	      pst.dropped_corrupt);
+	GAUGE("persist_dropped_other", "Recorded items not adopted: void after memory was given back, "
+	      "outside the arena, overlapping or duplicated", pst.dropped_other);
+	GAUGE("persist_dropped_bytes", "Bytes of the recorded items not adopted", pst.dropped_bytes);
+	GAUGE("persist_moved", "Adopted items moved down over the space of dropped ones", pst.moved);
+	GAUGE("persist_torn_bytes", "Bytes at the table's end that did not parse (a torn or corrupt record)",
+	      pst.torn_bytes);
+	COUNTER("persist_record_errors", "Items that could not be recorded in the table (served, not kept)",
+		pst.record_errors);
 	struct pressure_stats ms = { 0 };
 	if (c->pressure)
 		pressure_get_stats(c->pressure, &ms);
@@ -119,6 +143,10 @@ int core_samples(struct core *c, struct sample *out, int max)
 		out[n++] = (struct sample){ .name = "uptime_s", .help = "Seconds since mount",
 					    .kind = SAMPLE_GAUGE, .is_float = 1,
 					    .d = stats_uptime(&c->stats) };
+	if (n < max)
+		out[n++] = (struct sample){ .name = "persist_adopt_seconds",
+					    .help = "Seconds the adoption of the previous daemon's cache took",
+					    .kind = SAMPLE_GAUGE, .is_float = 1, .d = pst.adopt_seconds };
 	if (n < max)
 		out[n++] = (struct sample){ .name = "scan_seconds", .help = "Seconds the mount-time scan took",
 					    .kind = SAMPLE_GAUGE, .is_float = 1, .d = t.scan_seconds };

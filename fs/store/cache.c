@@ -23,8 +23,15 @@
  *   entered after it finds the items DEAD (all of it sequentially
  *   consistent), and readers that keep coming never hold the giver up. Only then are the pages returned
  *   (MADV_DONTNEED) and the bump pointer moved back to the cut.
+ * - A file arena (tmpfs, persist.h) differs in three places: its pages are
+ *   allocated with fallocate() before a load or the prefaulter writes
+ *   there (the `reserved` mark), since a write fault on a full tmpfs is a
+ *   SIGBUS; pages are given back by punching holes (MADV_DONTNEED would
+ *   leave the file's pages in place); and the hooks record every item made
+ *   ready and every cut, so the next daemon knows what the file holds.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +89,9 @@ struct cache {
 	pthread_mutex_t give_lock;      /* one giver at a time */
 	struct rd_stripe rd[RD_STRIPES];
 	unsigned rd_phase;              /* atomic: the counter (n[phase & 1]) readers enter */
+	struct cache_persist_hooks ph;  /* set before use; fn NULL: none */
+	uint64_t reserved;              /* atomic: file arena bytes allocated (fallocate) */
+	pthread_mutex_t reserve_lock;   /* one allocator of the file at a time */
 };
 
 static unsigned rd_next;                /* atomic: hands stripes out to threads */
@@ -150,8 +160,12 @@ int cache_new(const struct cache_opts *o, struct cache **out)
 	c->limit = o->capacity;
 	c->mask = nslots - 1;
 	c->slots = calloc(nslots, sizeof(*c->slots));
-	c->arena = mmap(NULL, o->capacity, PROT_READ | PROT_WRITE,
-			MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (o->arena_file)
+		c->arena = mmap(NULL, o->capacity, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
+				o->arena_fd, 0);
+	else
+		c->arena = mmap(NULL, o->capacity, PROT_READ | PROT_WRITE,
+				MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (!c->slots || c->arena == MAP_FAILED) {
 		if (c->arena != MAP_FAILED)
 			munmap(c->arena, o->capacity);
@@ -165,6 +179,7 @@ int cache_new(const struct cache_opts *o, struct cache **out)
 		pthread_mutex_init(&c->stripes[i], NULL);
 	pthread_mutex_init(&c->scrub_lock, NULL);
 	pthread_mutex_init(&c->give_lock, NULL);
+	pthread_mutex_init(&c->reserve_lock, NULL);
 	*out = c;
 	return 0;
 }
@@ -181,9 +196,66 @@ void cache_free(struct cache *c)
 		pthread_mutex_destroy(&c->stripes[i]);
 	pthread_mutex_destroy(&c->scrub_lock);
 	pthread_mutex_destroy(&c->give_lock);
+	pthread_mutex_destroy(&c->reserve_lock);
+	if (c->o.arena_file) {
+		/* What the daemon leaves behind holds items only: the pages made
+		 * resident ahead of the fill go back. */
+		uint64_t end = (c->used + PAGE_BYTES - 1) & ~(PAGE_BYTES - 1);
+		if (end < c->o.capacity)
+			fallocate(c->o.arena_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)end,
+				  (off_t)(c->o.capacity - end));
+	}
 	munmap(c->arena, c->o.capacity);
 	free(c->slots);
 	free(c);
+}
+
+void cache_set_persist_hooks(struct cache *c, const struct cache_persist_hooks *h)
+{
+	if (h)
+		c->ph = *h;
+	else
+		memset(&c->ph, 0, sizeof(c->ph));
+}
+
+/* A file arena: allocates its pages up to END (rounded up to a page) so a
+ * write there cannot fault on a full filesystem. 0 or -errno (-ENOSPC). */
+static int arena_reserve(struct cache *c, uint64_t end)
+{
+	int err = 0;
+
+	if (!c->o.arena_file || end <= __atomic_load_n(&c->reserved, __ATOMIC_ACQUIRE))
+		return 0;
+	end = (end + PAGE_BYTES - 1) & ~(PAGE_BYTES - 1);
+	if (end > c->o.capacity)
+		end = c->o.capacity;
+	pthread_mutex_lock(&c->reserve_lock);
+	uint64_t from = __atomic_load_n(&c->reserved, __ATOMIC_ACQUIRE);
+	if (end > from) {
+		if (fallocate(c->o.arena_fd, FALLOC_FL_KEEP_SIZE, (off_t)from, (off_t)(end - from)) < 0)
+			err = -errno;
+		else
+			__atomic_store_n(&c->reserved, end, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&c->reserve_lock);
+	return err;
+}
+
+/* Gives the arena's pages in [FROM, TO) back to the kernel (FROM page
+ * aligned). No item may be read or written there. */
+static void arena_release(struct cache *c, uint64_t from, uint64_t to)
+{
+	if (to <= from)
+		return;
+	if (!c->o.arena_file) {
+		madvise(c->arena + from, to - from, MADV_DONTNEED);
+		return;
+	}
+	pthread_mutex_lock(&c->reserve_lock);
+	fallocate(c->o.arena_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)from, (off_t)(to - from));
+	if (__atomic_load_n(&c->reserved, __ATOMIC_ACQUIRE) > from)
+		__atomic_store_n(&c->reserved, from, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&c->reserve_lock);
 }
 
 /* Reserves LEN bytes of arena, or NULL when the budget cannot hold them. */
@@ -284,6 +356,16 @@ static int admit(struct cache *c, struct citem **slot, struct citem *old, uint64
 	char *data = arena_alloc(c, len);
 	if (!data) {
 		INC(c->st.full);
+		finish(c, it, ST_DEAD);
+		return CACHE_MISS;
+	}
+	if (arena_reserve(c, (uint64_t)(data - c->arena) + len) < 0) {
+		/* The file's filesystem is full: admissions stop where it ran out. */
+		uint64_t at = (uint64_t)(data - c->arena), lim = __atomic_load_n(&c->limit, __ATOMIC_RELAXED);
+		while (lim > at && !__atomic_compare_exchange_n(&c->limit, &lim, at, 0, __ATOMIC_SEQ_CST,
+								 __ATOMIC_RELAXED))
+			;
+		INC(c->st.no_space);
 		finish(c, it, ST_DEAD);
 		return CACHE_MISS;
 	}
@@ -409,6 +491,9 @@ void cache_loaded(struct cache *c, struct cache_ref *ref, int ok)
 	if (ok) {
 		it->xxh = XXH3_64bits(it->data, it->len);
 		__atomic_add_fetch(&c->ready, 1, __ATOMIC_RELAXED);
+		if (c->ph.ready)
+			c->ph.ready(c->ph.arg, (uint32_t)(it->key >> 32), (uint32_t)it->key, &it->v,
+				    (uint64_t)(it->data - c->arena), it->len, it->xxh);
 	}
 	finish(c, it, ok ? ST_READY : ST_DEAD);
 }
@@ -430,6 +515,9 @@ void cache_get_stats(struct cache *c, struct cache_stats *s)
 	s->scrubbed_bytes = LD(c->st.scrubbed_bytes);
 	s->scrub_passes = LD(c->st.scrub_passes);
 	s->prefaulted = LD(c->prefaulted);
+	s->adopted = LD(c->st.adopted);
+	s->adopted_bytes = LD(c->st.adopted_bytes);
+	s->no_space = LD(c->st.no_space);
 #undef LD
 }
 
@@ -472,6 +560,9 @@ int64_t cache_prefault(struct cache *c, uint64_t upto)
 
 	while (done < target) {
 		uint64_t n = target - done < PREFAULT_STEP ? target - done : PREFAULT_STEP;
+		int err = arena_reserve(c, done + n);
+		if (err < 0)
+			return err;
 		/* Touches each page for writing without changing its bytes, so
 		 * racing a load that writes the same pages is harmless. */
 		if (madvise(c->arena + done, n, MADV_POPULATE_WRITE) < 0)
@@ -568,7 +659,7 @@ uint64_t cache_give_back(struct cache *c, uint64_t bytes)
 		u = __atomic_exchange_n(&c->used, UINT64_MAX / 2, __ATOMIC_SEQ_CST);
 		empty = (u + PAGE_BYTES - 1) & ~(uint64_t)(PAGE_BYTES - 1);
 		if (pf > empty) {
-			madvise(c->arena + empty, pf - empty, MADV_DONTNEED);
+			arena_release(c, empty, pf);
 			__atomic_store_n(&c->prefaulted, empty, __ATOMIC_RELAXED);
 			__atomic_add_fetch(&c->given_back, pf - empty, __ATOMIC_RELAXED);
 			released = pf - empty;
@@ -613,9 +704,10 @@ uint64_t cache_give_back(struct cache *c, uint64_t bytes)
 		}
 	}
 	rd_drain(c);                /* no reader is inside those items now */
+	if (c->ph.cut)
+		c->ph.cut(c->ph.arg, low);  /* before anything is placed past LOW again */
 	uint64_t from = (low + PAGE_BYTES - 1) & ~(PAGE_BYTES - 1);
-	if (from < u)
-		madvise(c->arena + from, u - from, MADV_DONTNEED);
+	arena_release(c, from, u);
 	if (__atomic_load_n(&c->prefaulted, __ATOMIC_RELAXED) > from)
 		__atomic_store_n(&c->prefaulted, from, __ATOMIC_RELAXED);
 	freed = u - low;
@@ -626,4 +718,52 @@ uint64_t cache_give_back(struct cache *c, uint64_t bytes)
 	__atomic_store_n(&c->used, low, __ATOMIC_SEQ_CST);
 	pthread_mutex_unlock(&c->give_lock);
 	return released + freed;
+}
+
+int cache_adopt(struct cache *c, uint32_t id, uint32_t chunk, const struct index_version *v,
+		uint64_t off, size_t len, uint64_t xxh)
+{
+	uint64_t key = key_of(id, chunk), i = hash_key(key) & c->mask;
+	struct citem *it;
+
+	if (off % CACHE_ALIGN || off > c->o.capacity || len > c->o.capacity - off)
+		return -ERANGE;
+	if (XXH3_64bits(c->arena + off, len) != xxh)
+		return -EBADMSG;
+	it = item_new(c, key, v);
+	if (!it)
+		return -ENOMEM;
+	it->data = c->arena + off;
+	it->len = len;
+	it->xxh = xxh;
+	it->state = ST_READY;
+	for (uint64_t probes = 0; probes <= c->mask; probes++, i = (i + 1) & c->mask) {
+		struct citem *old = NULL;
+		if (__atomic_compare_exchange_n(&c->slots[i], &old, it, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+			__atomic_add_fetch(&c->ready, 1, __ATOMIC_RELAXED);
+			__atomic_add_fetch(&c->st.adopted, 1, __ATOMIC_RELAXED);
+			__atomic_add_fetch(&c->st.adopted_bytes, len, __ATOMIC_RELAXED);
+			return 0;
+		}
+		if (old->key == key) {
+			it->state = ST_DEAD;        /* inert on the free-at-exit list */
+			return -EEXIST;
+		}
+	}
+	it->state = ST_DEAD;
+	return -ENOMEM;                     /* the table is full */
+}
+
+void cache_adopt_done(struct cache *c, uint64_t used)
+{
+	if (used > c->o.capacity)
+		used = c->o.capacity;
+	__atomic_store_n(&c->used, used, __ATOMIC_SEQ_CST);
+	uint64_t page = (used + PAGE_BYTES - 1) & ~(PAGE_BYTES - 1);
+	if (page > c->o.capacity)
+		page = c->o.capacity;
+	/* The adopted items' pages are there already; the prefaulter goes on
+	 * from the page they end in. */
+	__atomic_store_n(&c->reserved, page, __ATOMIC_RELEASE);
+	__atomic_store_n(&c->prefaulted, used & ~(PAGE_BYTES - 1), __ATOMIC_RELAXED);
 }

@@ -22,7 +22,11 @@
  * Memory: one arena reserved up front (MAP_NORESERVE, huge pages advised),
  * bump-allocated; data bytes never exceed the capacity. Item headers (about
  * 100 bytes each) and the lookup table are outside the budget and bounded by
- * max_items.
+ * max_items. The arena is anonymous memory, or a file on tmpfs mapped
+ * shared (arena_file), which outlives the daemon: persist.h records its
+ * items and a new daemon adopts them (cache_adopt). A file arena's pages
+ * are allocated (fallocate) before any byte is written there, so a full
+ * tmpfs refuses an admission instead of raising SIGBUS.
  *
  * Thread safety: all functions may be called from any thread. A hit takes no
  * lock; a load's start and end take one of 64 striped mutexes.
@@ -43,6 +47,22 @@ struct cache_opts {
 	uint32_t chunk;             /* item size for large files; > 0 */
 	uint64_t max_items;         /* distinct items at most (sizes the table) */
 	int verify;                 /* re-check xxh3 on every hit */
+	int arena_file;             /* nonzero: the arena is the file ARENA_FD (tmpfs), mapped
+				     * shared; it is at least CAPACITY bytes long */
+	int arena_fd;               /* borrowed: the caller closes it after cache_free() */
+};
+
+/* What a persistent arena records (persist.h). READY: an item became
+ * ready at arena offset OFF (its bytes are there and hashed). CUT: items
+ * reaching past arena offset OFF are gone (memory given back); records of
+ * them made before are void. Both are called before the event can be
+ * observed by anyone that could outlive it: READY before the item is
+ * served, CUT before any byte at or past OFF is handed out again. */
+struct cache_persist_hooks {
+	void (*ready)(void *arg, uint32_t id, uint32_t chunk, const struct index_version *v,
+		      uint64_t off, size_t len, uint64_t xxh);
+	void (*cut)(void *arg, uint64_t off);
+	void *arg;
 };
 
 /* Called once when a load this caller waited for ends: DATA/LEN are the
@@ -80,12 +100,30 @@ struct cache_stats {
 	uint64_t scrubbed_bytes;    /* bytes the scrubber re-checked */
 	uint64_t scrub_passes;      /* full passes of the scrubber over the table */
 	uint64_t prefaulted;        /* arena bytes made resident ahead of the fill */
+	uint64_t adopted, adopted_bytes;        /* items taken over from a previous daemon */
+	uint64_t no_space;          /* admissions refused: the arena file's filesystem is full */
 };
 
 /* Returns 0 and *OUT, or -EINVAL (bad options) / -ENOMEM. */
 int cache_new(const struct cache_opts *o, struct cache **out);
 /* Frees everything; no call may be in flight. */
 void cache_free(struct cache *c);
+
+/* Sets the hooks a persistent arena calls (NULL: none); before any load. */
+void cache_set_persist_hooks(struct cache *c, const struct cache_persist_hooks *h);
+
+/* Adoption of a previous daemon's arena, before the cache serves. Checks
+ * that [OFF, OFF+LEN) lies in the capacity, starts on the arena's 64-byte
+ * grain and that its bytes hash to XXH, then makes it a READY item of key
+ * (ID, CHUNK) at version V (the caller has checked V against SOURCE).
+ * Returns 0, -ERANGE (outside the arena), -EBADMSG (checksum mismatch:
+ * not adopted, nothing counted), -EEXIST (the key is there already) or
+ * -ENOMEM. Several threads may adopt at once. cache_adopt_done() then
+ * puts the fill pointer at USED (past every adopted item; the space below
+ * it that no item holds stays unused) and counts ITEMS and BYTES adopted. */
+int cache_adopt(struct cache *c, uint32_t id, uint32_t chunk, const struct index_version *v,
+		uint64_t off, size_t len, uint64_t xxh);
+void cache_adopt_done(struct cache *c, uint64_t used);
 
 /* Looks up chunk CHUNK of entry ID at version V; LEN is that chunk's length
  * (cache_chunk_len). W is queued only on CACHE_WAIT. W may be NULL: a

@@ -17,6 +17,11 @@
  *   workingset_refault_file.
  * A cgroup whose limit is no smaller than the machine's RAM is no limit:
  * the machine's figures are used.
+ * Shared memory (tmpfs, /dev/shm: the cache's persistent arena, a
+ * DataLoader's shared tensors) is on the anon LRU, so it is in pinned, and
+ * its mapped pages are in the mapped-file figure too. mapped is therefore
+ * taken less the shared memory (total_shmem, shmem, Shmem): without that, a
+ * 1 GiB arena counted twice and the room looked 1 GiB smaller than it was.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -175,6 +180,9 @@ static int sample_system(struct memwatch *m, struct mem_sample *s)
 	avail = field(text, "MemAvailable", 1);
 	mapped = field(text, "Mapped", 1);
 	cached = field(text, "Cached", 1);
+	int64_t shmem = field(text, "Shmem", 1);
+	if (shmem > 0)
+		mapped = mapped > shmem ? mapped - shmem : 0;
 	if (total <= 0 || avail < 0 || mapped < 0 || cached < 0)
 		return -EINVAL;
 	if (join(path, m->root, "/proc/vmstat", "") < 0 || slurp(path, text, sizeof(text)) < 0)
@@ -208,6 +216,9 @@ static int sample_v1(struct memwatch *m, struct mem_sample *s)
 	inact = field(text, "total_inactive_file", 0);
 	act = field(text, "total_active_file", 0);
 	mapped = field(text, "total_mapped_file", 0);
+	int64_t shmem = field(text, "total_shmem", 0);
+	if (shmem > 0 && mapped >= 0)
+		mapped = mapped > shmem ? mapped - shmem : 0;
 	maj = field(text, "total_pgmajfault", 0);
 	ref = field(text, "total_workingset_refault_file", 0);
 	if (inact < 0 || act < 0 || mapped < 0)
@@ -248,6 +259,9 @@ static int sample_v2(struct memwatch *m, struct mem_sample *s)
 	inact = field(text, "inactive_file", 0);
 	act = field(text, "active_file", 0);
 	mapped = field(text, "file_mapped", 0);
+	int64_t shmem = field(text, "shmem", 0);
+	if (shmem > 0 && mapped >= 0)
+		mapped = mapped > shmem ? mapped - shmem : 0;
 	maj = field(text, "pgmajfault", 0);
 	ref = field(text, "workingset_refault_file", 0);
 	if (inact < 0 || act < 0 || mapped < 0)

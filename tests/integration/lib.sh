@@ -18,7 +18,18 @@ cleanup() {
 		fusermount3 -uz "$EP_MNT" 2>/dev/null
 	fi
 	[ -n "$EP_PID" ] && kill -9 "$EP_PID" 2>/dev/null
+	drop_states
 	rm -rf "$T"
+}
+
+# drop_states: removes the cache states (docs/cache.md, "Restarts") the
+# daemons of this test left for mount points under $T.
+drop_states() {
+	local o
+	for o in /dev/shm/epochfs/*/owner; do
+		[ -f "$o" ] && grep -q "^mountpoint=$T/" "$o" && rm -rf "$(dirname "$o")"
+	done
+	return 0
 }
 trap cleanup EXIT
 

@@ -99,8 +99,8 @@ stop_node 0
 # have room to spare (D/2 each). What node 0 owns but cannot keep goes to
 # each item's runner-up, so after epoch 0 the cluster still reads nothing
 # from storage.
-start_node 0 -- --peers "$PEERS" --secret-file "$T/secret" --cache-size $((bytes / 5))
-for r in 1 2; do start_node "$r" -- --peers "$PEERS" --secret-file "$T/secret" --cache-size $((bytes / 2)); done
+start_node 0 -- --peers "$PEERS" --secret-file "$T/secret" --cache-size $((bytes / 5)) --no-persist
+for r in 1 2; do start_node "$r" -- --peers "$PEERS" --secret-file "$T/secret" --cache-size $((bytes / 2)) --no-persist; done
 epoch_all 60 "spill, epoch 0"
 s0=$(total storage_read_bytes)
 [ "$(stat_of "$T/m0" cache_full)" -gt 0 ] || fail "node 0's cache never filled: the spill was not exercised"
@@ -114,7 +114,7 @@ for r in 0 1 2; do stop_node "$r"; done
 
 # --cache-remote: spare budget keeps other nodes' items too, so node 0's
 # second pass is all local hits (without it, two thirds came from peers).
-for r in 0 1 2; do start_node "$r" -- --peers "$PEERS" --secret-file "$T/secret" --cache-remote; done
+for r in 0 1 2; do start_node "$r" -- --peers "$PEERS" --secret-file "$T/secret" --cache-remote --no-persist; done
 [ "$(read_all 0 51)" = 0 ] || fail "--cache-remote: wrong bytes"
 settle
 drop_caches
@@ -140,7 +140,7 @@ for r in 0 1 2; do stop_node "$r"; done
 # Prefetch across nodes: node 0 tells its order and reads in it; what it
 # does not own is fetched ahead from the owners, so its storage reads stay
 # its own share, and the bytes are exact.
-for r in 0 1 2; do start_node "$r" -- --peers "$PEERS" --secret-file "$T/secret" --prefetch-window 16; done
+for r in 0 1 2; do start_node "$r" -- --peers "$PEERS" --secret-file "$T/secret" --prefetch-window 16 --no-persist; done
 python3 - "$T/src" "$T/m0" <<'PY' || fail "prefetch across nodes: wrong bytes"
 import os, random, sys
 src, mnt = sys.argv[1:3]

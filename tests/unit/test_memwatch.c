@@ -86,6 +86,28 @@ Test(memwatch, cgroup_v1_limit_usage_and_the_file_lru)
 	memwatch_close(m);
 }
 
+Test(memwatch, shared_memory_counts_once)
+{
+	struct memwatch *m;
+	struct mem_sample s;
+
+	/* A 600 MB tmpfs arena, mapped: in usage (anon LRU) and in
+	 * total_mapped_file; only the 100 MB of libraries are reclaimable. */
+	th_write(root, "proc/self/cgroup", "4:memory:/job\n");
+	mkdirs("sys/fs/cgroup/memory/job");
+	th_write(root, "sys/fs/cgroup/memory/job/memory.limit_in_bytes", "2000000000\n");
+	th_write(root, "sys/fs/cgroup/memory/job/memory.usage_in_bytes", "1000000000\n");
+	th_write(root, "sys/fs/cgroup/memory/job/memory.stat",
+		 "total_inactive_file 100000000\ntotal_active_file 100000000\n"
+		 "total_mapped_file 700000000\ntotal_shmem 600000000\n");
+	cr_assert_eq(memwatch_open(root, &m), 0);
+	cr_assert_eq(memwatch_sample(m, &s), 0);
+	cr_expect_eq(s.pinned, 800000000);
+	cr_expect_eq(s.mapped, 100000000);
+	cr_expect_eq(mem_room(&s), 1100000000, "room %llu", (unsigned long long)mem_room(&s));
+	memwatch_close(m);
+}
+
 Test(memwatch, cgroup_v2_takes_the_tightest_max_up_the_tree)
 {
 	struct memwatch *m;

@@ -78,6 +78,23 @@ Test(options, errors_are_named)
 	cr_expect(strstr(err, "missing argument"), "%s", err);
 	cr_expect_eq(parse(&o, err, "-o", "a,,b", "s", "m", NULL), -EINVAL);
 	cr_expect_eq(parse(&o, err, "", "m", NULL), -EINVAL);
+	cr_expect_eq(parse(&o, err, "--state-dir", "/dev/shm/x", "--no-persist", "s", "m", NULL), -EINVAL);
+	cr_expect(strstr(err, "--state-dir and --no-persist"), "%s", err);
+	cr_expect_eq(parse(&o, err, "--state-dir", "", "s", "m", NULL), -EINVAL);
+}
+
+Test(options, persist_options)
+{
+	struct options o;
+	char err[256];
+
+	cr_assert_eq(parse(&o, err, "s", "m", NULL), 0);
+	cr_expect_eq(o.no_persist, 0, "the cache persists by default");
+	cr_expect_null(o.state_dir);
+	cr_assert_eq(parse(&o, err, "--state-dir", "/dev/shm/x", "s", "m", NULL), 0);
+	cr_expect_str_eq(o.state_dir, "/dev/shm/x");
+	cr_assert_eq(parse(&o, err, "--no-persist", "s", "m", NULL), 0);
+	cr_expect_eq(o.no_persist, 1);
 }
 
 Test(options, help_and_version_need_nothing_else)

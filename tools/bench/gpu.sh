@@ -69,7 +69,7 @@ rm -rf "$W/check"
 
 echo "-- 3. through PyTorch: a .prep/ epoch of $FILES images read three ways"
 prep_dataset "$DATA" "$FILES"
-"$BUILD/epochfs" -f --prep-mem 4G "$(realpath "$DATA")" "$W/mnt" 2>"$W/err" & EP_PID=$!
+"$BUILD/epochfs" -f --no-persist --prep-mem 4G "$(realpath "$DATA")" "$W/mnt" 2>"$W/err" & EP_PID=$!
 (wait_mount "$W/mnt") || { sed 's/^/   epochfs: /' "$W/err" >&2; exit 1; }
 for g in u8 f32; do
 	if [ $g = f32 ]; then opt="--dtype float32"; else opt=""; fi

@@ -37,7 +37,7 @@ SRC=$(realpath "$DATA")
 ROWS=${HP_ROWS:-$W/rows}
 : > "$ROWS"
 # shellcheck disable=SC2086
-"$BUILD/epochfs" -f --prep-mem 2G ${HP_DAEMON_ARGS:-} "$SRC" "$W/mnt" 2>"$W/err" & EP_PID=$!
+"$BUILD/epochfs" -f --no-persist --prep-mem 2G ${HP_DAEMON_ARGS:-} "$SRC" "$W/mnt" 2>"$W/err" & EP_PID=$!
 wait_mount "$W/mnt"
 find "$W/mnt/" -name '*.jpg' -print0 | xargs -0 cat > /dev/null      # every image in the RAM cache
 NORM="--mean 0.485,0.456,0.406 --std 0.229,0.224,0.225"

@@ -27,7 +27,7 @@ bench_init prepbench
 prep_dataset "$DATA" "$FILES"
 SRC=$(realpath "$DATA")
 tar cf - -C "$SRC" . | cat > /dev/null          # both sides read warm data
-"$BUILD/epochfs" -f --prep-mem 2G "$SRC" "$W/mnt" 2>"$W/err" & EP_PID=$!
+"$BUILD/epochfs" -f --no-persist --prep-mem 2G "$SRC" "$W/mnt" 2>"$W/err" & EP_PID=$!
 wait_mount "$W/mnt"
 daemon_cpu() { awk '{print ($14 + $15) / 100}' "/proc/$EP_PID/stat"; }
 F32="--batch 64 --dtype float32 --mean 0,0,0 --std 1,1,1"

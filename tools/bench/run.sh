@@ -36,12 +36,15 @@
 # analyze run of part 7's job predicts epochs at other cache sizes, worker
 # counts and disk speeds, which are then measured.
 #
+# Part 9, restarts (tools/bench/restart.sh): one epoch after a clean stop,
+# a kill -9 and --no-persist at a D/2 cache (storage bytes against D), the
+# adoption speed of a multi-GB cache, and memory against the budget.
 # Part gpu (not in the default list: BENCH_PARTS=gpu), the GPU path on a
 # machine with an NVIDIA GPU (tools/bench/gpu.sh): the ingestion probe, the
 # GPU consumer against the CPU reader in C and through PyTorch, and
 # epochfs-analyze on a job training on the GPU; one "skipped" line without.
 #
-# Environment: BENCH_PARTS ("1 2 3 4 5 6 7 8"), BENCH_FILES (12000), BENCH_EPOCHS (5),
+# Environment: BENCH_PARTS ("1 2 3 4 5 6 7 8 9"), BENCH_FILES (12000), BENCH_EPOCHS (5),
 # BENCH_SCAN_FILES (1000000; 0 skips part 2), BENCH_DIR (build/bench-data);
 # parts 3 to 8 take THRASH_*, CHUNK_*, PREPB_*, HP_*, PEERB_*, STALL_* and WHATIF_* (see their scripts).
 set -eu
@@ -51,7 +54,7 @@ FILES=${BENCH_FILES:-12000}
 EPOCHS=${BENCH_EPOCHS:-5}
 SCAN_FILES=${BENCH_SCAN_FILES:-1000000}
 DATA=${BENCH_DIR:-build/bench-data}
-PARTS=${BENCH_PARTS:-1 2 3 4 5 6 7 8}
+PARTS=${BENCH_PARTS:-1 2 3 4 5 6 7 8 9}
 part() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 W=$(mktemp -d /tmp/epochfs-bench.XXXXXX)
 PIDS=""
@@ -100,13 +103,13 @@ sync; echo 3 > /proc/sys/vm/drop_caches
 run native "$SRC" >> "$W/results"
 
 mkdir -p "$W/m-epochfs"
-"$BUILD/epochfs" -f "$SRC" "$W/m-epochfs" 2>"$W/epochfs.err" & PIDS="$PIDS $!"
+"$BUILD/epochfs" -f --no-persist "$SRC" "$W/m-epochfs" 2>"$W/epochfs.err" & PIDS="$PIDS $!"
 wait_mount "$W/m-epochfs"
 run epochfs "$W/m-epochfs" >> "$W/results"
 fusermount3 -u "$W/m-epochfs"
 
 mkdir -p "$W/m-open"
-"$BUILD/epochfs" -f --open "$SRC" "$W/m-open" 2>"$W/open.err" & PIDS="$PIDS $!"
+"$BUILD/epochfs" -f --no-persist --open "$SRC" "$W/m-open" 2>"$W/open.err" & PIDS="$PIDS $!"
 wait_mount "$W/m-open"
 run epochfs-open "$W/m-open" >> "$W/results"
 fusermount3 -u "$W/m-open"
@@ -155,7 +158,7 @@ PY
 	echo "== part 2: mount-time scan of $SCAN_FILES files (warm: a first mount warms the dentry cache)"
 	for pass in cold-ish warm; do
 		mkdir -p "$W/m-scan"
-		"$BUILD/epochfs" -f --no-watch "$T1M" "$W/m-scan" 2>"$W/scan.err" & pid=$!
+		"$BUILD/epochfs" -f --no-persist --no-watch "$T1M" "$W/m-scan" 2>"$W/scan.err" & pid=$!
 		wait_mount "$W/m-scan"
 		python3 - "$W/m-scan/.epochfs/stats.json" "$pid" "$pass" <<'PY'
 import json, sys
@@ -195,6 +198,10 @@ fi
 
 if part 8; then
 	BUILD=$BUILD bash tools/bench/whatif.sh
+fi
+
+if part 9; then
+	BUILD=$BUILD bash tools/bench/restart.sh
 fi
 
 if part gpu; then

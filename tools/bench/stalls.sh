@@ -108,7 +108,7 @@ io_read() { awk '/^read_bytes/ {print $2}' "/proc/$1/io"; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 mount_ep() {
 	(exec sh -c 'for g in $0; do echo $$ > "$g/cgroup.procs"; done; exec "$@"' \
-		"$CGS" "$BUILD/epochfs" -f "$@" "$SRC" "$W/mnt" 2>>"$W/daemon.err") &
+		"$CGS" "$BUILD/epochfs" -f --no-persist "$@" "$SRC" "$W/mnt" 2>>"$W/daemon.err") &
 	EP_PID=$!
 	wait_mount "$W/mnt"
 }

@@ -66,7 +66,7 @@ throttle() { echo "$DEVNO ${1:-0}" > "$BLKCG/blkio.throttle.read_bps_device"; }
 mount_ep() { # mount_ep OPTIONS...: the daemon, inside the cgroups, in the foreground
 	# exec all the way down, so that $! is the daemon itself
 	(exec sh -c 'echo $$ > "$1/cgroup.procs"; echo $$ > "$2/cgroup.procs"; shift 2; exec "$@"' \
-		sh "$MEMCG" "$BLKCG" "$BUILD/epochfs" -f "$@" "$SRC" "$W/mnt" 2>>"$W/daemon.err") &
+		sh "$MEMCG" "$BLKCG" "$BUILD/epochfs" -f --no-persist "$@" "$SRC" "$W/mnt" 2>>"$W/daemon.err") &
 	EP_PID=$!
 	wait_mount "$W/mnt"
 }
@@ -102,7 +102,7 @@ echo "== part 3: the thrashing experiment: $FILES files, D = $((D / 1000000)) MB
 : > "$W/rows"
 
 # The daemon's own memory beside its cache: index, threads, buffers.
-"$BUILD/epochfs" -f --cache-size "$HALF" "$SRC" "$W/mnt" 2>>"$W/daemon.err" & EP_PID=$!
+"$BUILD/epochfs" -f --no-persist --cache-size "$HALF" "$SRC" "$W/mnt" 2>>"$W/daemon.err" & EP_PID=$!
 wait_mount "$W/mnt"
 wait_prefault "$HALF"
 rss=$(awk '/^VmRSS/ {print $2 * 1024}' "/proc/$EP_PID/status")

@@ -1,0 +1,119 @@
+/* persist.h - the RAM cache's state on tmpfs, so a restarted daemon keeps
+ * what the last one cached.
+ *
+ * A daemon's RAM cache is lost with its process: an upgrade, a crash or a
+ * pod restart, and the next epoch refills from storage. With a state
+ * directory (--state-dir, on tmpfs) the arena is the file DIR/arena, mapped
+ * shared, so its pages outlive the process, and DIR/table lists what the
+ * arena holds: one record per item made ready (path below SOURCE, chunk,
+ * the file's version, arena offset, length, xxh3 of the bytes) and one per
+ * cut (memory given back: records of items past an offset are void). A
+ * record carries its own checksum; the table is appended to, one write(2)
+ * per record, after the item's bytes are in the arena and hashed.
+ *
+ * A new daemon adopts the state before it serves (persist_adopt): each
+ * record's file must still be in SOURCE at the same version (inode, size,
+ * mtime, ctime: what the mount's scan saw, so nothing is read from
+ * storage) and its bytes must hash to the record's checksum; anything else
+ * is dropped and counted, never served. A table whose header names another
+ * SOURCE, another chunk size or another format, or whose header is
+ * corrupt, is discarded whole with one log line. The table is then
+ * rewritten with the adopted records only (a new file renamed over the old)
+ * and the pages nobody holds are punched out of the arena. Before that,
+ * the items kept are moved down over the space of those dropped, so no
+ * budget is lost to them (and a smaller budget keeps what fits).
+ *
+ * kill -9 at any moment leaves a state the next daemon can read: the arena
+ * lives on in tmpfs; a record is written only once its item is complete; a
+ * torn last record fails its checksum and ends the table; a cut is
+ * recorded before the arena past it is reused; the table is replaced by
+ * rename(2). A record that outlived its bytes fails the data checksum.
+ *
+ * DIR/lock is held (flock) while a daemon runs: a second daemon on the same
+ * state directory is refused. DIR/owner names the mount point and SOURCE,
+ * for people and for persist_sweep().
+ *
+ * Thread safety: persist_record() and persist_cut() (the cache's hooks)
+ * may be called from any thread; the rest from one thread, before the
+ * cache serves or after it stopped.
+ */
+#ifndef EPOCHFS_PERSIST_H
+#define EPOCHFS_PERSIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache.h"
+#include "index.h"
+
+#define PERSIST_FORMAT 1u
+#define PERSIST_DEFAULT_ROOT "/dev/shm/epochfs"
+
+struct persist;
+
+struct persist_opts {
+	const char *dir;            /* the state directory; made (0700) when absent */
+	const char *source;         /* SOURCE's absolute path */
+	const char *mountpoint;     /* recorded in DIR/owner */
+	uint32_t chunk;             /* the cache's item size */
+	uint64_t capacity;          /* the arena's size: DIR/arena is made this long */
+};
+
+struct persist_stats {
+	int found;                  /* a previous daemon's state was there */
+	char discarded[200];        /* why the whole state was discarded; "" if it was not */
+	uint64_t records;           /* item records read from the table */
+	uint64_t adopted, adopted_bytes;
+	uint64_t dropped_changed;   /* its file changed in or left SOURCE */
+	uint64_t dropped_corrupt;   /* its bytes fail their checksum */
+	uint64_t dropped_other;     /* void (a cut), outside the arena, overlapping, a duplicate */
+	uint64_t dropped_bytes;     /* bytes of every dropped item */
+	uint64_t torn_bytes;        /* the table's tail that did not parse (a torn or corrupt record) */
+	uint64_t moved;             /* adopted items moved down over the space of dropped ones */
+	uint64_t record_errors;     /* records that could not be written (the item stays, unrecorded) */
+	double adopt_seconds;       /* persist_adopt() from start to end */
+};
+
+/* The index entry of path REL (LEN bytes, below SOURCE) now: 0 with *ID
+ * and its version *V, or -ENOENT. */
+typedef int (*persist_resolve_fn)(void *arg, const char *rel, size_t len, uint32_t *id,
+				  struct index_version *v);
+/* The path of entry ID below SOURCE into BUF: its length, or -errno. */
+typedef int (*persist_path_fn)(void *arg, uint32_t id, char *buf, size_t len);
+
+/* Opens (or makes) the state directory: takes its lock, checks it is on
+ * tmpfs, opens DIR/arena at CAPACITY bytes and reads DIR/table's header,
+ * discarding a state that does not match (persist_get_stats() says why).
+ * Returns 0 and *OUT, or -EBUSY (another daemon holds it), -EINVAL (not on
+ * tmpfs), -errno; ERR gets one line. */
+int persist_open(const struct persist_opts *o, struct persist **out, char *err, size_t errlen);
+
+/* The arena file, for cache_opts.arena_fd; valid until persist_close(). */
+int persist_arena_fd(const struct persist *p);
+
+/* Adopts the table's items into C (made on persist_arena_fd(), empty, not
+ * serving yet) with THREADS threads hashing (0: one per CPU), punches the
+ * unheld pages, rewrites the table with what was adopted, and hooks C so
+ * every later item and cut is recorded (PATH names an item's file).
+ * Returns 0 or -errno (the table could not be rewritten: the state is then
+ * discarded and C emptied of nothing but the records; the cache serves
+ * what it adopted, and records anew). */
+int persist_adopt(struct persist *p, struct cache *c, persist_resolve_fn resolve, persist_path_fn path,
+		  void *arg, unsigned threads);
+
+void persist_get_stats(struct persist *p, struct persist_stats *s);
+const char *persist_dir(const struct persist *p);
+
+/* Releases the lock and closes the files; the state stays for the next
+ * daemon. Call after cache_free(). NULL is fine. */
+void persist_close(struct persist *p);
+
+/* The default state directory for MOUNTPOINT (an absolute path) under
+ * ROOT: a readable tail of the path and a hash of all of it. */
+void persist_default_dir(const char *root, const char *mountpoint, char *buf, size_t len);
+
+/* Removes the states under ROOT that no daemon holds and whose mount point
+ * no longer exists (a temporary mount's leftovers). Returns how many. */
+int persist_sweep(const char *root);
+
+#endif

@@ -1,0 +1,438 @@
+/* Unit tests of the cache's state directory: items recorded by one cache
+ * are adopted by the next, and everything that does not check is dropped
+ * and counted (changed files, corrupt bytes, torn or corrupt tables, cuts,
+ * another SOURCE or chunk size), a second holder is refused, and a state
+ * off tmpfs is refused. No mount: the index is a stub table of paths. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "persist.h"
+
+#define CHUNK 4096u
+#define CAP (1u << 20)
+
+/* The stub "index": file i is "d/fI" at version VERS[i]. */
+#define NFILES 16
+static struct index_version vers[NFILES + 1];
+static char src[256], state[256];
+
+static int resolve(void *arg, const char *rel, size_t len, uint32_t *id, struct index_version *v)
+{
+	(void)arg;
+	for (uint32_t i = 1; i <= NFILES; i++) {
+		char p[32];
+		int n = snprintf(p, sizeof(p), "d/f%u", i);
+		if ((size_t)n == len && !memcmp(p, rel, len)) {
+			if (!vers[i].ino)
+				return -ENOENT;
+			*id = i;
+			*v = vers[i];
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+static int path_of(void *arg, uint32_t id, char *buf, size_t len)
+{
+	(void)arg;
+	return snprintf(buf, len, "d/f%u", id);
+}
+
+static void setup(void)
+{
+	snprintf(src, sizeof(src), "/tmp/epochfs-ut-src.XXXXXX");
+	cr_assert(mkdtemp(src));
+	snprintf(state, sizeof(state), "/dev/shm/epochfs-ut-state.%d", (int)getpid());
+	for (uint32_t i = 1; i <= NFILES; i++)
+		vers[i] = (struct index_version){ .ino = 100 + i, .size = 1000 + i, .mtime_ns = 5, .ctime_ns = 5 };
+}
+
+static void teardown(void)
+{
+	char cmd[600];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", src, state);
+	cr_expect_eq(system(cmd), 0);
+}
+
+TestSuite(persist, .init = setup, .fini = teardown);
+
+struct daemon {
+	struct persist *p;
+	struct cache *c;
+	struct persist_stats st;
+};
+
+/* A "daemon": opens the state, makes a cache on its arena, adopts. */
+static int start(struct daemon *d, uint32_t chunk, const char *source)
+{
+	struct persist_opts po = { .dir = state, .source = source ? source : src, .mountpoint = "/nowhere",
+				   .chunk = chunk, .capacity = CAP };
+	char err[600];
+	int e = persist_open(&po, &d->p, err, sizeof(err));
+
+	if (e < 0)
+		return e;
+	struct cache_opts co = { .capacity = CAP, .chunk = chunk, .max_items = 1000, .arena_file = 1,
+				 .arena_fd = persist_arena_fd(d->p) };
+	cr_assert_eq(cache_new(&co, &d->c), 0);
+	cr_assert_eq(persist_adopt(d->p, d->c, resolve, path_of, NULL, 2), 0);
+	persist_get_stats(d->p, &d->st);
+	return 0;
+}
+
+static void stop(struct daemon *d)
+{
+	cache_free(d->c);
+	persist_close(d->p);
+}
+
+/* Loads file ID's chunk 0 (LEN bytes of value ID + SALT). */
+static void load(struct cache *c, uint32_t id, size_t len, int salt)
+{
+	struct cache_ref ref;
+	struct cache_waiter w = { 0 };
+
+	cr_assert_eq(cache_get(c, id, 0, &vers[id], len, &w, &ref), CACHE_LOAD);
+	memset(ref.data, (int)(id + salt), len);
+	cache_loaded(c, &ref, 1);
+}
+
+/* 1: a hit with the right bytes; 0: not there. */
+static int hit(struct cache *c, uint32_t id, size_t len, int salt)
+{
+	struct cache_ref ref;
+	enum cache_result r = cache_get_ex(c, id, 0, &vers[id], len, NULL, &ref, 0);
+	int ok = 0;
+
+	if (r == CACHE_HIT) {
+		ok = 1;
+		for (size_t i = 0; i < len; i++)
+			if (((unsigned char *)ref.data)[i] != (unsigned char)(id + salt))
+				ok = -1;
+		cache_put(c, &ref);
+	}
+	cr_assert_neq(ok, -1, "item %u served with wrong bytes", id);
+	return ok;
+}
+
+Test(persist, adopts_what_the_last_daemon_cached)
+{
+	struct daemon a, b;
+	struct cache_stats cs;
+
+	cr_assert_eq(start(&a, CHUNK, NULL), 0);
+	cr_expect_eq(a.st.found, 0);
+	for (uint32_t i = 1; i <= 8; i++)
+		load(a.c, i, 3000 + i, 0);
+	stop(&a);
+
+	cr_assert_eq(start(&b, CHUNK, NULL), 0);
+	cr_expect_eq(b.st.found, 1);
+	cr_expect_eq(b.st.records, 8);
+	cr_expect_eq(b.st.adopted, 8);
+	cr_expect_str_empty(b.st.discarded);
+	for (uint32_t i = 1; i <= 8; i++)
+		cr_expect_eq(hit(b.c, i, 3000 + i, 0), 1, "item %u", i);
+	cache_get_stats(b.c, &cs);
+	cr_expect_eq(cs.adopted, 8);
+	cr_expect_eq(cs.items, 8);
+	/* New items land past the adopted ones, and are recorded too. */
+	load(b.c, 9, 5000, 0);
+	stop(&b);
+	cr_assert_eq(start(&a, CHUNK, NULL), 0);
+	cr_expect_eq(a.st.adopted, 9);
+	for (uint32_t i = 1; i <= 9; i++)
+		cr_expect_eq(hit(a.c, i, i == 9 ? 5000 : 3000 + i, 0), 1, "item %u", i);
+	stop(&a);
+}
+
+Test(persist, a_changed_or_vanished_file_is_never_served)
+{
+	struct daemon a;
+
+	cr_assert_eq(start(&a, CHUNK, NULL), 0);
+	for (uint32_t i = 1; i <= 4; i++)
+		load(a.c, i, 2000, 0);
+	stop(&a);
+	vers[2].mtime_ns = 99;          /* rewritten while no daemon ran */
+	vers[2].ctime_ns = 99;
+	vers[3].ino = 0;                /* deleted */
+	cr_assert_eq(start(&a, CHUNK, NULL), 0);
+	cr_expect_eq(a.st.adopted, 2);
+	cr_expect_eq(a.st.dropped_changed, 2);
+	cr_expect_eq(hit(a.c, 1, 2000, 0), 1);
+	cr_expect_eq(hit(a.c, 2, 2000, 0), 0);
+	/* The new version loads and is served with its own bytes. */
+	load(a.c, 2, 2000, 7);
+	cr_expect_eq(hit(a.c, 2, 2000, 7), 1);
+	stop(&a);
+	cr_assert_eq(start(&a, CHUNK, NULL), 0);
+	cr_expect_eq(hit(a.c, 2, 2000, 7), 1);
+	stop(&a);
+}
+
+Test(persist, corrupt_bytes_are_dropped_and_counted)
+{
+	struct daemon a;
+	char path[400];
+
+	cr_assert_eq(start(&a, CHUNK, NULL), 0);
+	load(a.c, 1, 3000, 0);
+	load(a.c, 2, 3000, 0);
+	stop(&a);
+	/* Flip a byte of the second item in the arena file (it starts at 3008). */
+	snprintf(path, sizeof(path), "%s/arena", state);
+	int fd = open(path, O_RDWR);
+	cr_assert_geq(fd, 0);
+	unsigned char b;
+	cr_assert_eq(pread(fd, &b, 1, 3008 + 100), 1);
+	b ^= 0x10;
+	cr_assert_eq(pwrite(fd, &b, 1, 3008 + 100), 1);
+	close(fd);
+	cr_assert_eq(start(&a, CHUNK, NULL), 0);
+	cr_expect_eq(a.st.adopted, 1);
+	cr_expect_eq(a.st.dropped_corrupt, 1);
+	cr_expect_eq(hit(a.c, 1, 3000, 0), 1);
+	cr_expect_eq(hit(a.c, 2, 3000, 0), 0);
+	stop(&a);
+}
+
+static void append(const char *name, const void *buf, size_t len)
+{
+	char path[400];
+	snprintf(path, sizeof(path), "%s/%s", state, name);
+	int fd = open(path, O_WRONLY | O_APPEND);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, buf, len), (ssize_t)len);
+	close(fd);
+}
+
+static off_t size_of(const char *name)
+{
+	char path[400];
+	struct stat sb;
+	snprintf(path, sizeof(path), "%s/%s", state, name);
+	cr_assert_eq(stat(path, &sb), 0);
+	return sb.st_size;
+}
+
+Test(persist, a_torn_table_keeps_what_precedes_the_tear)
+{
+	struct daemon a;
+	char path[400];
+
+	cr_assert_eq(start(&a, CHUNK, NULL), 0);
+	load(a.c, 1, 1000, 0);
+	load(a.c, 2, 1000, 0);
+	load(a.c, 3, 1000, 0);
+	stop(&a);
+	/* Cut the last record in half, as a kill -9 inside write(2) could. */
+	off_t sz = size_of("table");
+	snprintf(path, sizeof(path), "%s/table", state);
+	cr_assert_eq(truncate(path, sz - 20), 0);
+	cr_assert_eq(start(&a, CHUNK, NULL), 0);
+	cr_expect_eq(a.st.adopted, 2);
+	cr_expect_gt(a.st.torn_bytes, 0);
+	cr_expect_eq(hit(a.c, 3, 1000, 0), 0);
+	stop(&a);
+	/* The rewritten table is whole again; garbage appended is ignored. */
+	append("table", "garbage, not a record, at all........................................"
+		 "................................................................", 130);
+	cr_assert_eq(start(&a, CHUNK, NULL), 0);
+	cr_expect_eq(a.st.adopted, 2);
+	cr_expect_eq(a.st.torn_bytes, 130);
+	stop(&a);
+}
+
+Test(persist, a_corrupt_header_discards_the_state)
+{
+	struct daemon a;
+	char path[400];
+
+	cr_assert_eq(start(&a, CHUNK, NULL), 0);
+	load(a.c, 1, 1000, 0);
+	stop(&a);
+	snprintf(path, sizeof(path), "%s/table", state);
+	int fd = open(path, O_RDWR);
+	cr_assert_eq(pwrite(fd, "X", 1, 20), 1);
+	close(fd);
+	cr_assert_eq(start(&a, CHUNK, NULL), 0);
+	cr_expect_eq(a.st.found, 1);
+	cr_expect_str_not_empty(a.st.discarded);
+	cr_expect_eq(a.st.adopted, 0);
+	cr_expect_eq(hit(a.c, 1, 1000, 0), 0);
+	stop(&a);
+}
+
+Test(persist, another_source_or_chunk_discards_the_state)
+{
+	struct daemon a;
+	char other[300];
+
+	cr_assert_eq(start(&a, CHUNK, NULL), 0);
+	load(a.c, 1, 1000, 0);
+	stop(&a);
+	cr_assert_eq(start(&a, CHUNK * 2, NULL), 0);
+	cr_expect(strstr(a.st.discarded, "chunks") != NULL, "%s", a.st.discarded);
+	cr_expect_eq(a.st.adopted, 0);
+	load(a.c, 1, 1000, 0);
+	stop(&a);
+	snprintf(other, sizeof(other), "%s/other", src);
+	cr_assert_eq(mkdir(other, 0700), 0);
+	cr_assert_eq(start(&a, CHUNK * 2, other), 0);
+	cr_expect(strstr(a.st.discarded, "SOURCE") != NULL, "%s", a.st.discarded);
+	cr_expect_eq(a.st.adopted, 0);
+	stop(&a);
+}
+
+Test(persist, a_cut_voids_the_items_past_it)
+{
+	struct daemon a;
+
+	cr_assert_eq(start(&a, CHUNK, NULL), 0);
+	for (uint32_t i = 1; i <= 4; i++)
+		load(a.c, i, 8192, 0);
+	/* Memory pressure: the newest two items go back. */
+	cr_expect_geq(cache_give_back(a.c, 2 * 8192), 2 * 8192);
+	cache_set_limit(a.c, CAP);      /* the pressure passed */
+	load(a.c, 5, 8192, 0);          /* where item 3 was */
+	stop(&a);
+	cr_assert_eq(start(&a, CHUNK, NULL), 0);
+	cr_expect_eq(a.st.adopted, 3);
+	cr_expect_eq(hit(a.c, 1, 8192, 0), 1);
+	cr_expect_eq(hit(a.c, 2, 8192, 0), 1);
+	cr_expect_eq(hit(a.c, 3, 8192, 0), 0);
+	cr_expect_eq(hit(a.c, 4, 8192, 0), 0);
+	cr_expect_eq(hit(a.c, 5, 8192, 0), 1);
+	stop(&a);
+}
+
+Test(persist, one_daemon_per_state)
+{
+	struct daemon a;
+	struct persist *p2;
+	struct persist_opts po = { .dir = state, .source = src, .chunk = CHUNK, .capacity = CAP };
+	char err[600];
+
+	cr_assert_eq(start(&a, CHUNK, NULL), 0);
+	cr_expect_eq(persist_open(&po, &p2, err, sizeof(err)), -EBUSY);
+	cr_expect(strstr(err, "in use by another epochfs") != NULL, "%s", err);
+	stop(&a);
+	cr_assert_eq(persist_open(&po, &p2, err, sizeof(err)), 0);
+	persist_close(p2);
+}
+
+Test(persist, a_state_off_tmpfs_is_refused)
+{
+	struct persist *p;
+	char dir[400], err[600];
+	struct persist_opts po = { .dir = dir, .source = src, .chunk = CHUNK, .capacity = CAP };
+
+	snprintf(dir, sizeof(dir), "%s/state", src);   /* /tmp: ext4 here, not tmpfs */
+	int e = persist_open(&po, &p, err, sizeof(err));
+	if (e == 0) {
+		persist_close(p);
+		cr_skip_test("/tmp is tmpfs on this machine");
+	}
+	cr_expect_eq(e, -EINVAL);
+	cr_expect(strstr(err, "not on tmpfs") != NULL, "%s", err);
+}
+
+Test(persist, default_dirs_are_distinct_and_readable)
+{
+	char a[300], b[300];
+
+	persist_default_dir("/r", "/mnt/imagenet", a, sizeof(a));
+	persist_default_dir("/r", "/mnt-imagenet", b, sizeof(b));
+	cr_expect(!strncmp(a, "/r/mnt-imagenet-", 16), "%s", a);
+	cr_expect_str_neq(a, b);
+}
+
+Test(persist, sweep_removes_states_of_vanished_mounts_only)
+{
+	char root[300], d1[400], d2[400], cmd[2400];
+	FILE *f;
+
+	snprintf(root, sizeof(root), "%s.sweep", state);
+	snprintf(d1, sizeof(d1), "%s/gone", root);
+	snprintf(d2, sizeof(d2), "%s/here", root);
+	snprintf(cmd, sizeof(cmd), "mkdir -p '%s' '%s' && touch '%s/lock' '%s/lock' '%s/arena'", d1, d2, d1, d2, d1);
+	cr_assert_eq(system(cmd), 0);
+	snprintf(cmd, sizeof(cmd), "%s/owner", d1);
+	f = fopen(cmd, "w");
+	fprintf(f, "mountpoint=/nonexistent/epochfs-ut\nsource=/x\n");
+	fclose(f);
+	snprintf(cmd, sizeof(cmd), "%s/owner", d2);
+	f = fopen(cmd, "w");
+	fprintf(f, "mountpoint=%s\nsource=/x\n", src);
+	fclose(f);
+	cr_expect_eq(persist_sweep(root), 1);
+	cr_expect_neq(access(d1, F_OK), 0);
+	cr_expect_eq(access(d2, F_OK), 0);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+	cr_expect_eq(system(cmd), 0);
+}
+
+Test(persist, kept_items_move_down_over_dropped_ones)
+{
+	struct daemon a;
+	struct cache_stats cs;
+
+	cr_assert_eq(start(&a, CHUNK, NULL), 0);
+	for (uint32_t i = 1; i <= 6; i++)
+		load(a.c, i, 10000, 0);
+	stop(&a);
+	vers[2].ctime_ns = 77;          /* the second item's file changed: a hole */
+	cr_assert_eq(start(&a, CHUNK, NULL), 0);
+	cr_expect_eq(a.st.adopted, 5);
+	cr_expect_eq(a.st.moved, 4);
+	cache_get_stats(a.c, &cs);
+	cr_expect_eq(cs.used, 5 * 10048, "used %llu", (unsigned long long)cs.used);
+	for (uint32_t i = 1; i <= 6; i++)
+		cr_expect_eq(hit(a.c, i, 10000, 0), i != 2, "item %u", i);
+	stop(&a);
+	/* Moved items were recorded at their new places. */
+	cr_assert_eq(start(&a, CHUNK, NULL), 0);
+	cr_expect_eq(a.st.adopted, 5);
+	cr_expect_eq(a.st.moved, 0);
+	for (uint32_t i = 1; i <= 6; i++)
+		cr_expect_eq(hit(a.c, i, 10000, 0), i != 2, "item %u", i);
+	stop(&a);
+}
+
+Test(persist, a_smaller_budget_keeps_what_fits)
+{
+	struct daemon a;
+	struct persist_opts po = { .dir = state, .source = src, .mountpoint = "/nowhere", .chunk = CHUNK,
+				   .capacity = 3 * 10048 };
+	char err[600];
+
+	cr_assert_eq(start(&a, CHUNK, NULL), 0);
+	for (uint32_t i = 1; i <= 6; i++)
+		load(a.c, i, 10000, 0);
+	stop(&a);
+	cr_assert_eq(persist_open(&po, &a.p, err, sizeof(err)), 0);
+	struct cache_opts co = { .capacity = po.capacity, .chunk = CHUNK, .max_items = 100, .arena_file = 1,
+				 .arena_fd = persist_arena_fd(a.p) };
+	cr_assert_eq(cache_new(&co, &a.c), 0);
+	cr_assert_eq(persist_adopt(a.p, a.c, resolve, path_of, NULL, 1), 0);
+	persist_get_stats(a.p, &a.st);
+	cr_expect_eq(a.st.adopted, 3);
+	cr_expect_eq(a.st.dropped_other, 3);
+	for (uint32_t i = 1; i <= 3; i++)
+		cr_expect_eq(hit(a.c, i, 10000, 0), 1, "item %u", i);
+	struct stat sb;
+	char path[400];
+	snprintf(path, sizeof(path), "%s/arena", state);
+	cr_assert_eq(stat(path, &sb), 0);
+	cr_expect_eq((uint64_t)sb.st_size, po.capacity, "the arena file keeps the budget's length");
+	stop(&a);
+}
