@@ -8,6 +8,8 @@
 #                        says WHO is skipped and exits 0
 #   prep_dataset DIR N   part 5's ImageFolder dataset of N JPEGs in DIR
 #                        (generated once; kept with a .files-N mark)
+#   thrash_dataset DIR N part 3's dataset (100 classes, seed 7), generated
+#                        once; sets SRC (its real path) and D (its bytes)
 BUILD=${BUILD:-build}
 EP_PID=
 
@@ -46,4 +48,14 @@ prep_dataset() {
 	rm -rf "$1"
 	"$BUILD/epochfs-gen" "$1" --files "$2" --classes 20 --seed 5
 	touch "$1/.files-$2"
+}
+
+thrash_dataset() {
+	if [ ! -f "$1/.files-$2" ]; then
+		rm -rf "$1"
+		"$BUILD/epochfs-gen" "$1" --files "$2" --classes 100 --seed 7
+		touch "$1/.files-$2"
+	fi
+	SRC=$(realpath "$1")
+	D=$(find "$SRC" -type f -name '*.jpg' -printf '%s\n' | awk '{s+=$1} END {print s}')
 }

@@ -34,13 +34,7 @@ STATE=/dev/shm/epochfs-bench-restart.$$
 bench_cleanup_more() { rm -rf "$STATE"; }
 bench_init restart
 
-if [ ! -f "$DATA/.files-$FILES" ]; then
-	rm -rf "$DATA"
-	"$BUILD/epochfs-gen" "$DATA" --files "$FILES" --classes 100 --seed 7
-	touch "$DATA/.files-$FILES"
-fi
-SRC=$(realpath "$DATA")
-D=$(find "$SRC" -type f -name '*.jpg' -printf '%s\n' | awk '{s+=$1} END {print s}')
+thrash_dataset "$DATA" "$FILES"
 
 # start [options]: a daemon on $W/mnt, in the background; sets EP_PID.
 start() {

@@ -85,13 +85,7 @@ mkdir -p "$MEMCG" "$BLKCG"
 mkdir "$CPUCG" 2>/dev/null || CPUCG=
 CGS="$MEMCG $BLKCG $CPUCG"
 
-if [ ! -f "$DATA/.files-$FILES" ]; then
-	rm -rf "$DATA"
-	"$BUILD/epochfs-gen" "$DATA" --files "$FILES" --classes 100 --seed 7
-	touch "$DATA/.files-$FILES"
-fi
-SRC=$(realpath "$DATA")
-D=$(find "$SRC" -type f -name '*.jpg' -printf '%s\n' | awk '{s+=$1} END {print s}')
+thrash_dataset "$DATA" "$FILES"
 CPCT=${STALL_CACHE_PCT:-50}
 CACHE_B=$((D * CPCT / 100))   # the cache (and the memory beside the pipeline): D/2 by default
 dev=$(stat -c '%d' "$SRC")

@@ -39,13 +39,7 @@ bench_cleanup_more() {
 	for _ in $(seq 50); do rmdir "$BLKCG" 2>/dev/null && break; sleep 0.1; done
 }
 mkdir -p "$BLKCG"
-if [ ! -f "$DATA/.files-$FILES" ]; then
-	rm -rf "$DATA"
-	"$BUILD/epochfs-gen" "$DATA" --files "$FILES" --classes 100 --seed 7
-	touch "$DATA/.files-$FILES"
-fi
-SRC=$(realpath "$DATA")
-D=$(find "$SRC" -type f -name '*.jpg' -printf '%s\n' | awk '{s+=$1} END {print s}')
+thrash_dataset "$DATA" "$FILES"
 dev=$(stat -c '%d' "$SRC")
 DEVNO="$((dev >> 8)):$((dev & 255))"
 [ -e "/sys/dev/block/$DEVNO/partition" ] && DEVNO=$(cat "/sys/dev/block/$DEVNO/../dev")

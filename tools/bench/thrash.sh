@@ -46,13 +46,7 @@ bench_cleanup_more() {
 bench_init thrash
 mkdir -p "$MEMCG" "$BLKCG"
 
-if [ ! -f "$DATA/.files-$FILES" ]; then
-	rm -rf "$DATA"
-	"$BUILD/epochfs-gen" "$DATA" --files "$FILES" --classes 100 --seed 7
-	touch "$DATA/.files-$FILES"
-fi
-SRC=$(realpath "$DATA")
-D=$(find "$SRC" -type f -name '*.jpg' -printf '%s\n' | awk '{s+=$1} END {print s}')
+thrash_dataset "$DATA" "$FILES"
 HALF=$((D / 2))
 dev=$(stat -c '%d' "$SRC")
 DEVNO="$((dev >> 8)):$((dev & 255))"
