@@ -9,6 +9,7 @@
 #include "core.h"
 #include "options.h"
 #include "persist.h"
+#include "tier.h"
 #include "prefetch.h"
 #include "pressure.h"
 
@@ -19,6 +20,7 @@ enum {
 	OPT_PEER_PORT, OPT_PEER_LISTEN, OPT_SECRET_FILE, OPT_INSECURE_PEERS, OPT_PEER_TIMEOUT,
 	OPT_CACHE_REMOTE, OPT_NO_PEERS, OPT_MANIFEST, OPT_PREFETCH_MEM, OPT_PREFETCH_WINDOW, OPT_ORDER_EXPIRE,
 	OPT_NO_ORDER, OPT_PAGE_CACHE, OPT_NO_MEM_WATCH, OPT_STATE_DIR, OPT_NO_PERSIST,
+	OPT_CACHE_DIR, OPT_CACHE_DIR_SIZE, OPT_CACHE_DIR_IO,
 };
 
 static const struct option longopts[] = {
@@ -46,6 +48,9 @@ static const struct option longopts[] = {
 	{ "no-mem-watch", no_argument, NULL, OPT_NO_MEM_WATCH },
 	{ "state-dir", required_argument, NULL, OPT_STATE_DIR },
 	{ "no-persist", no_argument, NULL, OPT_NO_PERSIST },
+	{ "cache-dir", required_argument, NULL, OPT_CACHE_DIR },
+	{ "cache-dir-size", required_argument, NULL, OPT_CACHE_DIR_SIZE },
+	{ "cache-dir-io", required_argument, NULL, OPT_CACHE_DIR_IO },
 	{ "prefault", required_argument, NULL, OPT_PREFAULT },
 	{ "no-prep", no_argument, NULL, OPT_NO_PREP },
 	{ "prep-mem", required_argument, NULL, OPT_PREP_MEM },
@@ -99,6 +104,14 @@ void options_usage(void *fp, const char *prog)
 		"                       (default: a directory per mount point under\n"
 		"                       " PERSIST_DEFAULT_ROOT "; docs/cache.md)\n"
 		"      --no-persist     the cache dies with the daemon (anonymous memory)\n"
+		"      --cache-dir DIR  a second cache tier on a local disk, below RAM: items RAM\n"
+		"                       cannot hold are kept there, never evicted (repeat for\n"
+		"                       several disks; docs/cache.md)\n"
+		"      --cache-dir-size SIZE  bytes the tier may use in each --cache-dir (once\n"
+		"                       for all, or once per dir; default: what the dataset\n"
+		"                       needs, within %d%% of the disk kept free)\n"
+		"      --cache-dir-io direct|buffered  read the tier with O_DIRECT (default,\n"
+		"                       where the filesystem takes it) or through its page cache\n"
 		"      --scrub-rate SIZE  bytes per second the background scrubber re-checks\n"
 		"                       (default 32M; 0 turns it off)\n"
 		"      --prefault SIZE  make the cache's memory resident in the background,\n"
@@ -144,7 +157,7 @@ void options_usage(void *fp, const char *prog)
 		"  -h, --help           print this help\n"
 		"  -V, --version        print the version\n",
 		prog, OPTIONS_DEFAULT_THREADS, CORE_TIMEOUT_WATCHED, CORE_TIMEOUT_UNWATCHED,
-		CORE_DEFAULT_CACHE_PERCENT,
+		CORE_DEFAULT_CACHE_PERCENT, TIER_FLOOR_PERCENT,
 		CORE_DEFAULT_PREP_MEM_PERCENT, OPTIONS_DEFAULT_PREP_TIMEOUT);
 }
 
@@ -365,6 +378,30 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 		case OPT_NO_PERSIST:
 			o->no_persist = 1;
 			break;
+		case OPT_CACHE_DIR:
+			if (!*optarg)
+				FAIL("--cache-dir: expected a directory on a local disk");
+			if (o->ncache_dirs == sizeof(o->cache_dirs) / sizeof(o->cache_dirs[0]))
+				FAIL("--cache-dir %s: at most %u directories", optarg, o->ncache_dirs);
+			o->cache_dirs[o->ncache_dirs++] = optarg;
+			break;
+		case OPT_CACHE_DIR_IO:
+			if (!strcmp(optarg, "direct"))
+				o->cache_dir_buffered = 0;
+			else if (!strcmp(optarg, "buffered"))
+				o->cache_dir_buffered = 1;
+			else
+				FAIL("--cache-dir-io %s: expected direct or buffered", optarg);
+			break;
+		case OPT_CACHE_DIR_SIZE: {
+			uint64_t v;
+			if (options_parse_size(optarg, 0, &v) || !v)
+				FAIL("--cache-dir-size %s: expected bytes with K/M/G/T, more than 0", optarg);
+			if (o->ncache_dir_sizes == sizeof(o->cache_dir_sizes) / sizeof(o->cache_dir_sizes[0]))
+				FAIL("--cache-dir-size %s: at most %u sizes", optarg, o->ncache_dir_sizes);
+			o->cache_dir_sizes[o->ncache_dir_sizes++] = v;
+			break;
+		}
 		case OPT_MANIFEST:
 			if (!*optarg)
 				FAIL("--manifest: expected a file (built by epochfs-manifest)");
@@ -427,6 +464,11 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 		FAIL("--no-peers with --peers or --peers-file");
 	if (o->no_persist && o->state_dir)
 		FAIL("--state-dir and --no-persist: give one of them");
+	if (o->ncache_dir_sizes && !o->ncache_dirs)
+		FAIL("--cache-dir-size needs --cache-dir");
+	if (o->ncache_dir_sizes > 1 && o->ncache_dir_sizes != o->ncache_dirs)
+		FAIL("%u --cache-dir-size for %u --cache-dir: give one for all, or one per directory",
+		     o->ncache_dir_sizes, o->ncache_dirs);
 	if (argc - optind < 2)
 		FAIL(argc - optind == 1 ? "missing MOUNTPOINT (see --help)"
 					: "missing SOURCE and MOUNTPOINT (see --help)");

@@ -52,6 +52,11 @@ struct options {
 	int no_mem_watch;           /* --no-mem-watch */
 	const char *state_dir;      /* --state-dir, or NULL: the default */
 	int no_persist;             /* --no-persist */
+	const char *cache_dirs[8];  /* --cache-dir, in order (the SSD tier) */
+	unsigned ncache_dirs;
+	uint64_t cache_dir_sizes[8];        /* --cache-dir-size, in order */
+	unsigned ncache_dir_sizes;
+	int cache_dir_buffered;     /* --cache-dir-io buffered */
 	int help, version;
 };
 

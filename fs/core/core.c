@@ -49,7 +49,8 @@ static int persist_path(void *arg, uint32_t id, char *buf, size_t len)
 static int persist_setup(struct core *c, const struct core_opts *o, uint64_t cap)
 {
 	char dir[4096], err[600];
-	struct persist_opts po = { .source = c->source, .chunk = c->chunk, .capacity = cap };
+	struct persist_opts po = { .source = c->source, .chunk = c->chunk, .capacity = cap, .tmpfs = 1,
+				   .compact = 1 };
 	char *mnt = o->mountpoint ? realpath(o->mountpoint, NULL) : NULL;
 	int e;
 
@@ -109,6 +110,32 @@ static int cache_setup(struct core *c, const struct core_opts *o)
 	if (c->persist)
 		persist_adopt(c->persist, c->cache, persist_resolve, persist_path, c, o->scan_threads);
 	return 0;
+}
+
+/* --cache-dir: the SSD tier, the first source a miss asks (before a peer
+ * and storage). 0 or -errno (logged). */
+static int tier_setup(struct core *c, const struct core_opts *o)
+{
+	struct index_totals t;
+	struct tier_opts to = { .ndirs = o->ncache_dirs, .source = c->source, .mountpoint = o->mountpoint,
+				.chunk = c->chunk, .persist = o->persist, .buffered = o->cache_dir_buffered };
+	struct source s = { .name = "tier", .read = tier_read };
+	char err[600];
+	int e;
+
+	index_totals(c->ix, &t);
+	to.max_items = t.files + t.bytes / c->chunk + 16;
+	to.need = t.bytes + (t.files + t.bytes / c->chunk + 1) * 4096;
+	for (unsigned k = 0; k < o->ncache_dirs && k < TIER_MAX_DIRS; k++) {
+		to.dirs[k] = o->cache_dirs[k];
+		to.sizes[k] = !o->ncache_dir_sizes ? 0 : o->cache_dir_sizes[o->ncache_dir_sizes == 1 ? 0 : k];
+	}
+	if ((e = tier_open(&to, persist_resolve, persist_path, c, &c->tier, err, sizeof(err))) < 0) {
+		log_error("%s", err);
+		return e;
+	}
+	s.ctx = c->tier;
+	return core_add_source(c, &s);
 }
 
 static ssize_t prep_read_file(void *ctx, const char *rel, void **buf, size_t *cap)
@@ -229,6 +256,8 @@ int core_open(const struct core_opts *o, struct core **out)
 		goto fail;
 	err = cache_setup(c, o);
 	if (err < 0)
+		goto fail;
+	if (o->ncache_dirs && (err = tier_setup(c, o)) < 0)
 		goto fail;
 	if (o->manifest && (err = manifest_setup(c, o->manifest)) < 0)
 		goto fail;
@@ -364,11 +393,12 @@ void core_close(struct core *c)
 	if (c->peer.stop) {         /* it serves and fetches through the core: next */
 		c->peer.stop(c->peer.ctx);
 		memset(&c->peer, 0, sizeof(c->peer));
-		c->nsources = 0;        /* the peer source was the only one */
+		c->nsources = 0;        /* the tier's and the peers' sources */
 	}
 	watch_stop(c->watch);
 	pressure_stop(c->pressure); /* it shrinks the cache: before the cache goes */
 	maint_stop(c->maint);
+	tier_free(c->tier);         /* its writes land first */
 	storage_free(c->st);
 	control_free(c->ctl);
 	cache_free(c->cache);

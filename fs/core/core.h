@@ -81,6 +81,11 @@ struct core_opts {
 				     * daemon, and adopt what a previous daemon left there */
 	const char *state_dir;      /* that directory; NULL: persist_default_dir() for MOUNTPOINT */
 	const char *mountpoint;     /* named in the state (and picks its default directory) */
+	const char *const *cache_dirs;      /* the SSD tier's directories (NULL: none) */
+	unsigned ncache_dirs;
+	const uint64_t *cache_dir_sizes;    /* one per dir, one for all, or none (NULL) */
+	unsigned ncache_dir_sizes;
+	int cache_dir_buffered;     /* the tier read through its page cache, not O_DIRECT */
 };
 
 /* The memory the daemon may use (0 if unknown): physical memory, or its

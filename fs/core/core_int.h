@@ -13,6 +13,7 @@
 #include "maint.h"
 #include "manifest.h"
 #include "persist.h"
+#include "tier.h"
 #include "prefetch.h"
 #include "pressure.h"
 #include "prepdir.h"
@@ -20,7 +21,7 @@
 #include "storage.h"
 #include "watch.h"
 
-#define CORE_MAX_SAMPLES 512     /* ours, and the peer layer's (at most 64 peers x 5 + 8) */
+#define CORE_MAX_SAMPLES 640     /* ours (about 110), and the peer layer's (at most 64 peers x 5 + 8) */
 
 struct core {
 	char *source;               /* absolute path of SOURCE */
@@ -31,6 +32,7 @@ struct core {
 	struct watch *watch;
 	struct cache *cache;        /* NULL: no RAM cache */
 	struct persist *persist;    /* the cache's state directory; NULL: not kept (--no-persist) */
+	struct tier *tier;          /* the SSD tier (source 0); NULL: none */
 	struct maint *maint;        /* the cache's background thread; NULL: none */
 	struct prepdir *prep;       /* .prep/; NULL with --no-prep */
 	struct manifest *man;       /* --manifest, bound to the index; NULL: none */

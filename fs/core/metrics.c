@@ -84,6 +84,31 @@ int core_samples(struct core *c, struct sample *out, int max)
 	      pst.torn_bytes);
 	COUNTER("persist_record_errors", "Items that could not be recorded in the table (served, not kept)",
 		pst.record_errors);
+	struct tier_stats ts = { 0 };
+	if (c->tier)
+		tier_get_stats(c->tier, &ts);
+	GAUGE("tier_dirs", "Directories of the SSD tier (--cache-dir)", ts.dirs);
+	GAUGE("tier_dirs_down", "Of them, admitting nothing more (vanished, read-only, failed write, floor)",
+	      ts.dirs_down);
+	GAUGE("tier_capacity_bytes", "Byte budget of the SSD tier (all directories)", ts.capacity);
+	GAUGE("tier_used_bytes", "Bytes of it taken (4 KiB per item boundary)", ts.used);
+	GAUGE("tier_items", "Items ready in the SSD tier", ts.items);
+	COUNTER("tier_hits", "Reads served from the SSD tier", ts.hits);
+	COUNTER("tier_hit_bytes", "Bytes returned to readers from the SSD tier", ts.hit_bytes);
+	COUNTER("tier_admitted", "Items written to the SSD tier", ts.admitted);
+	COUNTER("tier_admitted_bytes", "Bytes of them", ts.admitted_bytes);
+	COUNTER("tier_full", "Items the SSD tier did not take: budget spent, floor reached or writes queued",
+		ts.full);
+	COUNTER("tier_read_errors", "SSD tier reads that failed (the item dropped, read from the next source)",
+		ts.read_errors);
+	COUNTER("tier_write_errors", "SSD tier writes that failed (that directory then admits nothing)",
+		ts.write_errors);
+	COUNTER("tier_corrupt", "SSD tier items dropped for a checksum mismatch", ts.corrupt);
+	COUNTER("tier_stale", "SSD tier items dropped because their file changed", ts.stale);
+	GAUGE("tier_adopted", "SSD tier items adopted from the previous daemon", ts.adopted);
+	GAUGE("tier_adopted_bytes", "Bytes of them", ts.adopted_bytes);
+	GAUGE("tier_dropped", "SSD tier records not adopted (changed files, void, duplicates)", ts.dropped);
+	GAUGE("tier_direct", "1 when every tier directory is read with O_DIRECT", (uint64_t)ts.direct);
 	struct pressure_stats ms = { 0 };
 	if (c->pressure)
 		pressure_get_stats(c->pressure, &ms);

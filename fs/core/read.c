@@ -7,8 +7,11 @@
  *    │                        MISS -> (budget spent) the sources read just the request
  *    └─ several?   read_multi: one part per item, assembled, answered once
  *
- * The sources are tried in order (source.h): a peer answers or passes
- * (-EAGAIN) to the next; storage, always last, is called directly.
+ * The sources are tried in order (source.h): the SSD tier and a peer answer
+ * or pass (-EAGAIN) to the next; storage, always last, is called directly.
+ * A miss the RAM cache does not take may be taken by the SSD tier instead
+ * (tier_path): the whole item is read into the tier's buffer, the request
+ * answered from it, and the buffer written to the tier afterwards.
  *
  * DESIGN: what a read is (enum read_kind) and everything it needs past the
  * hit path live in one context (struct read_ctx): the version the bytes
@@ -54,6 +57,9 @@ struct read_ctx {
 	void *arg;
 	struct core_prefetch_cb pcb;        /* RK_PREFETCH: its callbacks instead of DONE */
 	struct source_item item;    /* what the sources and the admission hook are told */
+	struct tier_claim *claim;   /* an item the SSD tier takes: its buffer, filled by the sources */
+	void *claim_buf;
+	size_t claim_len;
 	int path_len;               /* < 0: not made yet (or the error making it) */
 	char path[4096];            /* the file's path below SOURCE */
 };
@@ -301,6 +307,61 @@ static int load_staged(struct read_ctx *x, uint32_t chunk)
 	return 1;
 }
 
+/* The SSD tier's load of X's item has ended: answer X from the item, then
+ * hand the bytes to the tier's writer (or give the room up). */
+static void tier_load_done(void *arg, ssize_t res, const void *buf)
+{
+	struct read_ctx *x = arg;
+	struct core *c = x->c;
+	int ok = res == (ssize_t)x->claim_len, keep = ok;
+
+	(void)buf;
+	if (ok && x->via_storage && c->man) {
+		/* Unchecked bytes are served (SOURCE is what readers get) but
+		 * not kept, as for the RAM cache. */
+		int f = core_verifiable(c, x->id, x->a.v.size);
+		if (f >= 0 && manifest_check(c->man, (uint32_t)f, x->item.chunk, x->claim_buf, x->claim_len)) {
+			stats_add(&c->stats, STAT_MANIFEST_MISMATCHES, 1);
+			keep = 0;
+		}
+	}
+	if (ok)
+		reply_from_item(x, x->claim_buf, x->claim_len, 0);
+	else
+		reply(x, res < 0 ? res : -EIO, NULL, 0);
+	tier_fill(c->tier, x->claim, keep);
+	free(x);
+}
+
+/* A miss the RAM cache did not take, with an SSD tier (source 0, ahead of
+ * a peer and storage): the tier serves the item if it holds it; else it
+ * takes the item when it has room (with peers, only an item this node
+ * owns: each node's tier holds its own share). 1 if X is answered (or will
+ * be), 0 to go on as without a tier. */
+static int tier_path(struct read_ctx *x, uint32_t chunk)
+{
+	struct core *c = x->c;
+	size_t item_len = cache_chunk_len(x->a.v.size, c->chunk, chunk);
+	struct source_item *it;
+	void *buf;
+	int err;
+
+	if (tier_holds(c->tier, x->id, chunk, &x->a.v)) {
+		fetch(x, 0, x->off, x->len, NULL, sources_done);
+		return 1;
+	}
+	if (!item_len || !(it = item_of(x, &err)))
+		return 0;
+	if (c->peer.owns && !c->peer.owns(c->peer.ctx, it))
+		return 0;
+	if (!(x->claim = tier_claim(c->tier, x->id, chunk, &x->a.v, item_len, &buf)))
+		return 0;
+	x->claim_buf = buf;
+	x->claim_len = item_len;
+	fetch(x, 1, x->item_off, item_len, buf, tier_load_done);
+	return 1;
+}
+
 enum { ADMIT_NO, ADMIT_OWNED, ADMIT_REMOTE };
 
 /* With peers: may X's item (LEN bytes) take cache budget? ADMIT_REMOTE:
@@ -356,6 +417,7 @@ static struct read_ctx *ctx_new(struct core *c, enum read_kind kind, uint32_t id
 	x->arg = arg;
 	x->item = (struct source_item){ .id = id, .chunk = chunk, .v = a->v };
 	x->path_len = -1;
+	x->claim = NULL;
 	return x;
 }
 
@@ -434,6 +496,8 @@ static void read_item(struct core *c, uint32_t id, const struct index_attr *a, o
 		return;
 	}
 	if (kind == RK_PEER) {
+		if (c->tier && tier_path(x, chunk))
+			return;
 		/* We cannot keep it: the asker tries the next node of the item's
 		 * ranking, which may, rather than have us read storage for
 		 * nothing kept. */
@@ -442,6 +506,8 @@ static void read_item(struct core *c, uint32_t id, const struct index_attr *a, o
 		return;
 	}
 	if (c->pf && take_staged(x, chunk))
+		return;
+	if (c->tier && tier_path(x, chunk))
 		return;
 	fetch(x, 0, off, len, NULL, sources_done);
 }

@@ -68,6 +68,8 @@ struct persist {
 	uint32_t chunk;
 	struct hdr hdr;                 /* what this daemon writes */
 	int have_table;                 /* DIR/table matched: adopt from it */
+	int compact;                    /* move items down over dropped ones at adoption */
+	int recording;                  /* after adoption: records are written */
 	pthread_mutex_t wlock;          /* one record written at a time */
 	persist_path_fn path;
 	void *path_arg;
@@ -120,11 +122,13 @@ static size_t rec_build(char *buf, uint16_t kind, const char *path, size_t path_
 	return n;
 }
 
-static void hook_ready(void *arg, uint32_t id, uint32_t chunk, const struct index_version *v,
-		       uint64_t off, size_t len, uint64_t xxh)
+void persist_record(struct persist *p, uint32_t id, uint32_t chunk, const struct index_version *v,
+		    uint64_t off, size_t len, uint64_t xxh)
 {
-	struct persist *p = arg;
 	char path[4096], buf[sizeof(struct rec) + 4096 + 16];
+
+	if (!p->recording)
+		return;
 	int n = p->path(p->path_arg, id, path, sizeof(path));
 
 	if (n < 0 || n > 4095) {
@@ -139,10 +143,18 @@ static void hook_ready(void *arg, uint32_t id, uint32_t chunk, const struct inde
 		__atomic_add_fetch(&p->st.record_errors, 1, __ATOMIC_RELAXED);
 }
 
-static void hook_cut(void *arg, uint64_t off)
+static void hook_ready(void *arg, uint32_t id, uint32_t chunk, const struct index_version *v,
+		       uint64_t off, size_t len, uint64_t xxh)
 {
-	struct persist *p = arg;
+	persist_record(arg, id, chunk, v, off, len, xxh);
+}
+
+void persist_record_cut(struct persist *p, uint64_t off)
+{
 	char buf[sizeof(struct rec) + 16];
+
+	if (!p->recording)
+		return;
 	size_t sz = rec_build(buf, REC_CUT, NULL, 0, 0, off, 0, NULL, 0);
 
 	pthread_mutex_lock(&p->wlock);
@@ -157,6 +169,11 @@ static void hook_cut(void *arg, uint64_t off)
 			log_warn("state %s: cannot record memory given back, nor empty the table: %s",
 				 p->dir, strerror(errno));
 	}
+}
+
+static void hook_cut(void *arg, uint64_t off)
+{
+	persist_record_cut(arg, off);
 }
 
 /* Writes a new table at DIR/table: the header, then N records from RECS
@@ -201,6 +218,15 @@ static int discard(struct persist *p, const char *why)
 	return table_replace(p, NULL, 0);
 }
 
+int persist_clear(struct persist *p)
+{
+	if (ftruncate(p->arenafd, 0) < 0 || ftruncate(p->arenafd, (off_t)p->capacity) < 0)
+		return -errno;
+	p->have_table = 0;
+	p->recording = 0;
+	return table_replace(p, NULL, 0);
+}
+
 /* Reads DIR/table's header and decides: adopt (have_table), or discard. */
 static int check_table(struct persist *p)
 {
@@ -236,6 +262,7 @@ static int check_table(struct persist *p)
 int persist_open(const struct persist_opts *o, struct persist **out, char *err, size_t errlen)
 {
 	struct persist *p = calloc(1, sizeof(*p));
+	const char *what = o->what ? o->what : "--state-dir";
 	struct statfs sf;
 	struct stat sb;
 	int e;
@@ -245,6 +272,7 @@ int persist_open(const struct persist_opts *o, struct persist **out, char *err, 
 	p->dirfd = p->lockfd = p->arenafd = p->tablefd = -1;
 	p->capacity = o->capacity;
 	p->chunk = o->chunk;
+	p->compact = o->compact;
 	pthread_mutex_init(&p->wlock, NULL);
 	p->dir = strdup(o->dir);
 	if (!p->dir) {
@@ -258,7 +286,7 @@ int persist_open(const struct persist_opts *o, struct persist **out, char *err, 
 			*s = 0;
 			if (mkdir(p->dir, 0700) < 0 && errno != EEXIST) {
 				e = -errno;
-				snprintf(err, errlen, "--state-dir %s: %s", p->dir, strerror(-e));
+				snprintf(err, errlen, "%s %s: %s", what, p->dir, strerror(-e));
 				*s = c;
 				goto fail;
 			}
@@ -270,29 +298,29 @@ int persist_open(const struct persist_opts *o, struct persist **out, char *err, 
 	p->dirfd = open(p->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (p->dirfd < 0) {
 		e = -errno;
-		snprintf(err, errlen, "--state-dir %s: %s", p->dir, strerror(-e));
+		snprintf(err, errlen, "%s %s: %s", what, p->dir, strerror(-e));
 		goto fail;
 	}
-	if (fstatfs(p->dirfd, &sf) < 0 || (unsigned long)sf.f_type != TMPFS_MAGIC) {
+	if (o->tmpfs && (fstatfs(p->dirfd, &sf) < 0 || (unsigned long)sf.f_type != TMPFS_MAGIC)) {
 		e = -EINVAL;
-		snprintf(err, errlen, "--state-dir %s is not on tmpfs: the RAM cache's state must live in "
-			 "memory (a directory under /dev/shm), or mount with --no-persist", p->dir);
+		snprintf(err, errlen, "%s %s is not on tmpfs: the RAM cache's state must live in "
+			 "memory (a directory under /dev/shm), or mount with --no-persist", what, p->dir);
 		goto fail;
 	}
 	p->lockfd = openat(p->dirfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (p->lockfd < 0) {
 		e = -errno;
-		snprintf(err, errlen, "--state-dir %s: lock: %s", p->dir, strerror(-e));
+		snprintf(err, errlen, "%s %s: lock: %s", what, p->dir, strerror(-e));
 		goto fail;
 	}
 	if (flock(p->lockfd, LOCK_EX | LOCK_NB) < 0) {
 		char pid[32] = "";
+		e = errno == EWOULDBLOCK ? -EBUSY : -errno;
 		ssize_t n = pread(p->lockfd, pid, sizeof(pid) - 1, 0);
 		pid[n > 0 ? n : 0] = 0;
 		pid[strcspn(pid, "\n")] = 0;
-		e = errno == EWOULDBLOCK ? -EBUSY : -errno;
-		snprintf(err, errlen, "--state-dir %s is in use by another epochfs%s%s%s: give each mount its "
-			 "own --state-dir", p->dir, *pid ? " (pid " : "", pid, *pid ? ")" : "");
+		snprintf(err, errlen, "%s %s is in use by another epochfs%s%s%s: give each mount its "
+			 "own %s", what, p->dir, *pid ? " (pid " : "", pid, *pid ? ")" : "", what);
 		goto fail;
 	}
 	{
@@ -319,7 +347,7 @@ int persist_open(const struct persist_opts *o, struct persist **out, char *err, 
 	if (p->arenafd < 0 || fstat(p->arenafd, &sb) < 0 ||
 	    ((uint64_t)sb.st_size < p->capacity && ftruncate(p->arenafd, (off_t)p->capacity) < 0)) {
 		e = -errno;
-		snprintf(err, errlen, "--state-dir %s: arena: %s", p->dir, strerror(-e));
+		snprintf(err, errlen, "%s %s: arena: %s", what, p->dir, strerror(-e));
 		goto fail;
 	}
 	if (stat(o->source, &sb) < 0) {
@@ -337,7 +365,7 @@ int persist_open(const struct persist_opts *o, struct persist **out, char *err, 
 	p->hdr.created = (uint64_t)time(NULL);
 	p->hdr.xxh = hdr_sum(&p->hdr);
 	if ((e = check_table(p)) < 0) {
-		snprintf(err, errlen, "--state-dir %s: table: %s", p->dir, strerror(-e));
+		snprintf(err, errlen, "%s %s: table: %s", what, p->dir, strerror(-e));
 		goto fail;
 	}
 	*out = p;
@@ -377,7 +405,8 @@ static int by_off(const void *a, const void *b)
 }
 
 struct adopt_job {
-	struct cache *c;
+	persist_adopt_fn fn;
+	void *fn_arg;
 	struct cand *cands;
 	size_t n, next;                 /* next: atomic */
 };
@@ -395,7 +424,7 @@ static void *adopt_worker(void *arg)
 			struct cand *d = &j->cands[i];
 			if (d->state)
 				continue;
-			int r = cache_adopt(j->c, d->id, d->chunk, &d->v, d->off, d->len, d->xxh);
+			int r = j->fn(j->fn_arg, d->id, d->chunk, &d->v, d->off, d->len, d->xxh);
 			d->state = !r ? 1 : r == -EBADMSG ? DROP_CORRUPT : DROP_OTHER;
 		}
 	}
@@ -519,8 +548,8 @@ static void compact(struct persist *p, struct cand *v, size_t n, char *arena, ui
 	}
 }
 
-int persist_adopt(struct persist *p, struct cache *c, persist_resolve_fn resolve, persist_path_fn path,
-		  void *arg, unsigned threads)
+int persist_adopt_items(struct persist *p, persist_adopt_fn fn, void *fn_arg, persist_resolve_fn resolve,
+			persist_path_fn path, void *arg, unsigned threads, uint64_t *used_out)
 {
 	struct timespec t0, t1;
 	struct cand *v = NULL;
@@ -538,9 +567,9 @@ int persist_adopt(struct persist *p, struct cache *c, persist_resolve_fn resolve
 		struct stat sb;
 		struct stat ab;
 		uint64_t len_arena = fstat(p->arenafd, &ab) == 0 ? (uint64_t)ab.st_size : 0;
-		char *arena = len_arena ? mmap(NULL, len_arena, PROT_READ | PROT_WRITE, MAP_SHARED, p->arenafd, 0)
-					: MAP_FAILED;
-		if (arena == MAP_FAILED)
+		char *arena = len_arena && p->compact ? mmap(NULL, len_arena, PROT_READ | PROT_WRITE, MAP_SHARED,
+							     p->arenafd, 0) : MAP_FAILED;
+		if (arena == MAP_FAILED && p->compact)
 			len_arena = 0;
 		if (len_arena && fd >= 0 && fstat(fd, &sb) == 0 && (size_t)sb.st_size > sizeof(struct hdr)) {
 			size_t len = (size_t)sb.st_size;
@@ -560,14 +589,15 @@ int persist_adopt(struct persist *p, struct cache *c, persist_resolve_fn resolve
 					else
 						end = v[i].off + v[i].len;
 				}
-				compact(p, v, n, arena, len_arena);
+				if (p->compact)
+					compact(p, v, n, arena, len_arena);
 				/* Hash and adopt: the bytes are in memory, the threads share it. */
 				long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 				if (!threads)
 					threads = ncpu > 0 ? (unsigned)ncpu : 1;
 				if (threads > 16)
 					threads = 16;
-				struct adopt_job job = { .c = c, .cands = v, .n = n };
+				struct adopt_job job = { .fn = fn, .fn_arg = fn_arg, .cands = v, .n = n };
 				pthread_t tid[16];
 				unsigned started = 0;
 				for (unsigned i = 1; i < threads; i++)
@@ -628,7 +658,7 @@ int persist_adopt(struct persist *p, struct cache *c, persist_resolve_fn resolve
 	if (tail < p->capacity)
 		fallocate(p->arenafd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)tail,
 			  (off_t)(p->capacity - tail));
-	cache_adopt_done(c, used);
+	*used_out = used;
 	if (!err)
 		err = table_replace(p, recs, recs ? recs_len : 0);
 	if (err < 0) {
@@ -639,9 +669,7 @@ int persist_adopt(struct persist *p, struct cache *c, persist_resolve_fn resolve
 	}
 	free(recs);
 	free(v);
-	struct cache_persist_hooks h = { .ready = hook_ready, .cut = hook_cut, .arg = p };
-	if (err >= 0 || p->tablefd >= 0)
-		cache_set_persist_hooks(c, &h);
+	p->recording = err >= 0 || p->tablefd >= 0;
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	p->st.adopt_seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
 	if (p->st.records)
@@ -751,4 +779,23 @@ int persist_sweep(const char *root)
 	}
 	closedir(d);
 	return removed;
+}
+
+static int adopt_into_cache(void *arg, uint32_t id, uint32_t chunk, const struct index_version *v,
+			    uint64_t off, size_t len, uint64_t xxh)
+{
+	return cache_adopt(arg, id, chunk, v, off, len, xxh);
+}
+
+int persist_adopt(struct persist *p, struct cache *c, persist_resolve_fn resolve, persist_path_fn path,
+		  void *arg, unsigned threads)
+{
+	uint64_t used = 0;
+	int err = persist_adopt_items(p, adopt_into_cache, c, resolve, path, arg, threads, &used);
+	struct cache_persist_hooks h = { .ready = hook_ready, .cut = hook_cut, .arg = p };
+
+	cache_adopt_done(c, used);
+	if (p->recording)
+		cache_set_persist_hooks(c, &h);
+	return err;
 }

@@ -57,6 +57,10 @@ struct persist_opts {
 	const char *mountpoint;     /* recorded in DIR/owner */
 	uint32_t chunk;             /* the cache's item size */
 	uint64_t capacity;          /* the arena's size: DIR/arena is made this long */
+	int tmpfs;                  /* refuse a DIR that is not on tmpfs (the RAM cache's state) */
+	int compact;                /* at adoption, move the items kept down over dropped ones
+				     * (through a mapping of the arena: the RAM cache only) */
+	const char *what;           /* the option that names DIR, for messages (NULL: --state-dir) */
 };
 
 struct persist_stats {
@@ -100,6 +104,25 @@ int persist_arena_fd(const struct persist *p);
  * what it adopted, and records anew). */
 int persist_adopt(struct persist *p, struct cache *c, persist_resolve_fn resolve, persist_path_fn path,
 		  void *arg, unsigned threads);
+
+/* The same for any store of items in DIR/arena (the SSD tier, tier.h):
+ * FN(FN_ARG, ...) takes each item, which must then check or defer the
+ * check of its bytes; *USED gets the end of the last item kept (the store's
+ * fill pointer). Records are written afterwards with persist_record() and
+ * persist_record_cut(), which the store calls itself. */
+typedef int (*persist_adopt_fn)(void *arg, uint32_t id, uint32_t chunk, const struct index_version *v,
+				uint64_t off, size_t len, uint64_t xxh);
+int persist_adopt_items(struct persist *p, persist_adopt_fn fn, void *fn_arg, persist_resolve_fn resolve,
+			persist_path_fn path, void *arg, unsigned threads, uint64_t *used);
+/* An item of ID's file (piece CHUNK, version V) is complete at OFF, LEN
+ * bytes with checksum XXH; a cut: items reaching past OFF are gone. Both
+ * after persist_adopt_items() only (before it they do nothing). */
+void persist_record(struct persist *p, uint32_t id, uint32_t chunk, const struct index_version *v,
+		    uint64_t off, size_t len, uint64_t xxh);
+void persist_record_cut(struct persist *p, uint64_t off);
+/* Empties the state (arena and table) without adopting or recording: a
+ * store that must start empty (--no-persist) but still holds the lock. */
+int persist_clear(struct persist *p);
 
 void persist_get_stats(struct persist *p, struct persist_stats *s);
 const char *persist_dir(const struct persist *p);

@@ -97,6 +97,30 @@ Test(options, persist_options)
 	cr_expect_eq(o.no_persist, 1);
 }
 
+Test(options, tier_options)
+{
+	struct options o;
+	char err[256];
+
+	cr_assert_eq(parse(&o, err, "--cache-dir", "/a", "--cache-dir", "/b", "--cache-dir-size", "10G", "s", "m",
+			   NULL), 0);
+	cr_expect_eq(o.ncache_dirs, 2);
+	cr_expect_str_eq(o.cache_dirs[1], "/b");
+	cr_expect_eq(o.ncache_dir_sizes, 1);
+	cr_expect_eq(o.cache_dir_sizes[0], 10ull << 30);
+	cr_assert_eq(parse(&o, err, "--cache-dir", "/a", "--cache-dir", "/b", "--cache-dir-size", "1G",
+			   "--cache-dir-size", "2G", "s", "m", NULL), 0);
+	cr_expect_eq(o.cache_dir_sizes[1], 2ull << 30);
+	cr_expect_eq(parse(&o, err, "--cache-dir-size", "1G", "s", "m", NULL), -EINVAL);
+	cr_expect(strstr(err, "--cache-dir-size needs --cache-dir"), "%s", err);
+	cr_expect_eq(parse(&o, err, "--cache-dir", "/a", "--cache-dir-size", "1G", "--cache-dir-size", "2G",
+			   "s", "m", NULL), -EINVAL);
+	cr_expect(strstr(err, "one per directory"), "%s", err);
+	cr_expect_eq(parse(&o, err, "--cache-dir", "/a", "--cache-dir-size", "50%", "s", "m", NULL), -EINVAL);
+	cr_expect_eq(parse(&o, err, "--cache-dir", "/a", "--cache-dir-size", "0", "s", "m", NULL), -EINVAL);
+	cr_expect_eq(parse(&o, err, "--cache-dir", "", "s", "m", NULL), -EINVAL);
+}
+
 Test(options, help_and_version_need_nothing_else)
 {
 	struct options o;

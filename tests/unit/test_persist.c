@@ -74,7 +74,7 @@ struct daemon {
 static int start(struct daemon *d, uint32_t chunk, const char *source)
 {
 	struct persist_opts po = { .dir = state, .source = source ? source : src, .mountpoint = "/nowhere",
-				   .chunk = chunk, .capacity = CAP };
+				   .chunk = chunk, .capacity = CAP, .tmpfs = 1, .compact = 1 };
 	char err[600];
 	int e = persist_open(&po, &d->p, err, sizeof(err));
 
@@ -319,7 +319,7 @@ Test(persist, one_daemon_per_state)
 {
 	struct daemon a;
 	struct persist *p2;
-	struct persist_opts po = { .dir = state, .source = src, .chunk = CHUNK, .capacity = CAP };
+	struct persist_opts po = { .dir = state, .source = src, .chunk = CHUNK, .capacity = CAP, .tmpfs = 1 };
 	char err[600];
 
 	cr_assert_eq(start(&a, CHUNK, NULL), 0);
@@ -334,7 +334,7 @@ Test(persist, a_state_off_tmpfs_is_refused)
 {
 	struct persist *p;
 	char dir[400], err[600];
-	struct persist_opts po = { .dir = dir, .source = src, .chunk = CHUNK, .capacity = CAP };
+	struct persist_opts po = { .dir = dir, .source = src, .chunk = CHUNK, .capacity = CAP, .tmpfs = 1 };
 
 	snprintf(dir, sizeof(dir), "%s/state", src);   /* /tmp: ext4 here, not tmpfs */
 	int e = persist_open(&po, &p, err, sizeof(err));
@@ -412,7 +412,7 @@ Test(persist, a_smaller_budget_keeps_what_fits)
 {
 	struct daemon a;
 	struct persist_opts po = { .dir = state, .source = src, .mountpoint = "/nowhere", .chunk = CHUNK,
-				   .capacity = 3 * 10048 };
+				   .capacity = 3 * 10048, .tmpfs = 1, .compact = 1 };
 	char err[600];
 
 	cr_assert_eq(start(&a, CHUNK, NULL), 0);

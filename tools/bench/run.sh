@@ -38,7 +38,9 @@
 #
 # Part 9, restarts (tools/bench/restart.sh): one epoch after a clean stop,
 # a kill -9 and --no-persist at a D/2 cache (storage bytes against D), the
-# adoption speed of a multi-GB cache, and memory against the budget.
+# adoption speed of a multi-GB cache, and memory against the budget; cache
+# tiers (tools/bench/tiers.sh): RAM D/4 with and without an SSD tier, the
+# tier alone (O_DIRECT and buffered), all in RAM, and SOURCE read natively.
 # Part gpu (not in the default list: BENCH_PARTS=gpu), the GPU path on a
 # machine with an NVIDIA GPU (tools/bench/gpu.sh): the ingestion probe, the
 # GPU consumer against the CPU reader in C and through PyTorch, and
@@ -202,6 +204,7 @@ fi
 
 if part 9; then
 	BUILD=$BUILD bash tools/bench/restart.sh
+	BUILD=$BUILD bash tools/bench/tiers.sh
 fi
 
 if part gpu; then

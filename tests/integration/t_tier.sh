@@ -1,0 +1,128 @@
+# The SSD tier (--cache-dir; docs/cache.md, "The SSD tier"): with RAM for a
+# quarter of the data and a tier for the rest, epochs after the first read
+# nothing from storage, and every byte equals SOURCE's; a restart adopts the
+# tier; a file changed across the restart is served new; a corrupt item in
+# the tier is dropped and read from storage; a full tier stops admitting; a
+# tier whose filesystem turns read-only or whose directory vanishes at run
+# time admits nothing more while reads go on; a second daemon on the same
+# directory is refused.
+. "$(dirname "$0")/lib.sh"
+S=/dev/shm/epochfs-t-tier.$$
+LOOPMNT=$T/ext4
+trap 'mountpoint -q "$LOOPMNT" 2>/dev/null && umount -l "$LOOPMNT"; cleanup; rm -rf "$S"' EXIT
+"$GEN" "$T/src" --files 300 --classes 3 --seed 4 >/dev/null || fail "epochfs-gen"
+D=$(du -sb "$T/src" | cut -f1)
+M=$T/mnt
+st() { stat_of "$M" "$1"; }
+same() { diff -r -q "$T/src" "$M" >/dev/null || fail "$1: bytes through the mount differ from SOURCE"; }
+epoch() { # epoch SEED: one shuffled epoch with the kernel's caches dropped; prints storage bytes read
+	local s0
+	s0=$(st storage_read_bytes)
+	sync; echo 3 > /proc/sys/vm/drop_caches
+	"$BENCH" "$M" --epochs 1 --seed "$1" >/dev/null || fail "epochfs-bench"
+	echo $(($(st storage_read_bytes) - s0))
+}
+settle() { # until the tier's writes stop moving (0.2 s apart), at most 10 s
+	local a b i
+	for i in $(seq 50); do
+		a=$(($(st tier_admitted) + $(st tier_write_errors)))
+		sleep 0.2
+		b=$(($(st tier_admitted) + $(st tier_write_errors)))
+		[ "$a" = "$b" ] && return 0
+	done
+	fail "the tier's writes did not settle"
+}
+# Warnings the tier gives where this test breaks it on purpose.
+EP_ALLOWED_STDERR='SSD tier '
+OPTS=(--cache-size $((D / 4)) --state-dir "$S")
+
+mount_ep "$T/src" "$M" "${OPTS[@]}" --cache-dir "$T/ssd"
+[ "$(st tier_dirs)" = 1 ] || fail "no tier"
+epoch 1 >/dev/null
+settle
+[ "$(st tier_items)" -gt 150 ] || fail "the tier took $(st tier_items) items"
+b=$(epoch 2)
+[ "$b" = 0 ] || fail "epoch 1 read $b bytes from storage with RAM D/4 + a tier"
+same "RAM + tier"
+ram=$(st cache_items); tier=$(st tier_items)
+[ $((ram + tier)) -ge 300 ] || fail "RAM $ram + tier $tier items < 300 files"
+[ "$(st tier_hits)" -gt 0 ] || fail "no tier hits"
+direct=$(st tier_direct)
+umount_ep
+ok "RAM D/4 + tier: epoch 1 read 0 storage bytes ($ram items in RAM, $tier in the tier, O_DIRECT $direct)"
+
+# A restart adopts the tier; one file changed meanwhile is served new.
+f=$(cd "$T/src" && find . -name '*.jpg' | sort | sed -n 5p)
+mount_ep "$T/src" "$M" "${OPTS[@]}" --cache-dir "$T/ssd"
+[ "$(st tier_adopted)" = "$tier" ] || fail "adopted $(st tier_adopted) of $tier tier items"
+b=$(epoch 3)
+[ "$b" = 0 ] || fail "the epoch after a restart read $b bytes from storage"
+umount_ep
+printf 'changed while no daemon ran' >> "$T/src/$f"
+mount_ep "$T/src" "$M" "${OPTS[@]}" --cache-dir "$T/ssd"
+same "after a change across the restart"
+cmp -s "$T/src/$f" "$M/$f" || fail "a changed file was served with old bytes"
+[ $(($(st tier_dropped) + $(st persist_dropped_changed))) -ge 1 ] || fail "the changed file's item was not dropped"
+umount_ep
+ok "a restart adopts the tier (the next epoch reads 0 storage bytes); a changed file is served new"
+
+# A flipped byte in the tier's data file: dropped on read, served from storage.
+python3 - "$T/ssd/epochfs-tier/arena" <<'PY'
+import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(100); b = f.read(1); f.seek(100); f.write(bytes([b[0] ^ 0x20]))
+PY
+mount_ep "$T/src" "$M" "${OPTS[@]}" --cache-dir "$T/ssd"
+same "with a corrupt tier item"
+[ "$(st tier_corrupt)" = 1 ] || fail "tier_corrupt=$(st tier_corrupt)"
+umount_ep
+ok "a corrupt tier item is dropped on its read and served from storage"
+
+# Two daemons on one tier directory.
+mount_ep "$T/src" "$M" --cache-size $((D / 4)) --no-persist --cache-dir "$T/ssd"
+mkdir -p "$T/m2"
+if "$EPOCHFS" -f --no-persist --cache-dir "$T/ssd" "$T/src" "$T/m2" 2>"$T/second.err"; then
+	fusermount3 -u "$T/m2"; fail "a second daemon was let onto a tier directory in use"
+fi
+grep -q -- "--cache-dir $T/ssd/epochfs-tier is in use by another epochfs (pid $EP_PID)" "$T/second.err" ||
+	fail "second daemon: $(cat "$T/second.err")"
+umount_ep
+ok "a second daemon on the same tier directory is refused"
+
+# A full tier: a budget of 4 MiB takes what fits and no more.
+mount_ep "$T/src" "$M" --cache-size $((D / 4)) --no-persist --cache-dir "$T/small" --cache-dir-size 4M
+epoch 4 >/dev/null
+settle
+[ "$(st tier_used_bytes)" -le $((4 << 20)) ] || fail "tier used $(st tier_used_bytes) of 4 MiB"
+[ "$(st tier_full)" -gt 0 ] || fail "a full tier refused nothing"
+same "with a full tier"
+used=$(st tier_used_bytes)
+umount_ep
+ok "a full tier stops at its budget ($used of 4194304 bytes used); bytes right"
+
+# The directory vanishes at run time.
+mount_ep "$T/src" "$M" --cache-size $((D / 4)) --no-persist --cache-dir "$T/gone"
+epoch 5 >/dev/null
+settle
+rm -rf "$T/gone"
+wait_for sh -c "[ \"\$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[\"tier_dirs_down\"])' '$M/.epochfs/stats.json')\" = 1 ]" ||
+	fail "a vanished directory was not noticed"
+same "after the tier's directory vanished"
+umount_ep
+ok "a tier directory that vanishes stops admissions; reads go on"
+
+# The tier's filesystem turns read-only (an ext4 error, errors=remount-ro).
+truncate -s 64M "$T/ext4.img" && mkfs.ext4 -q -F "$T/ext4.img" 2>/dev/null && mkdir -p "$LOOPMNT" &&
+	mount -o loop,errors=remount-ro "$T/ext4.img" "$LOOPMNT" 2>/dev/null || skip "no loop-mounted ext4 here"
+dev=$(basename "$(findmnt -n -o SOURCE "$LOOPMNT")")
+mount_ep "$T/src" "$M" --cache-size $((D / 4)) --no-persist --cache-dir "$LOOPMNT/t"
+(cd "$T/src" && find . -name '*.jpg' | sort | head -100) | while read -r x; do cat "$M/$x" >/dev/null; done
+settle
+echo epochfs-test > "/sys/fs/ext4/$dev/trigger_fs_error" 2>/dev/null || skip "cannot trigger an ext4 error"
+same "after the tier's filesystem turned read-only"
+settle
+[ "$(st tier_write_errors)" -ge 1 ] && [ "$(st tier_dirs_down)" = 1 ] ||
+	fail "read-only tier: write errors $(st tier_write_errors), dirs down $(st tier_dirs_down)"
+same "with a read-only tier"
+umount_ep
+ok "a tier whose filesystem turns read-only stops admissions ($(grep -c 'SSD tier' "$T/daemon.err") log line); reads go on"
