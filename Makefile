@@ -68,7 +68,7 @@ CORE_LIB := $(BUILD)/libepochfs.a
 
 DAEMON := $(BUILD)/epochfs
 TOOLS := $(BUILD)/epochfs-gen $(BUILD)/epochfs-bench $(BUILD)/epochfs-stat $(BUILD)/epochfs-prep \
-	 $(BUILD)/epochfs-manifest
+	 $(BUILD)/epochfs-manifest $(BUILD)/epochfs-warmup
 TOOL_OBJ := $(BUILD)/tools/mstats.o
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)

@@ -12,7 +12,7 @@
 
 #include <stddef.h>
 
-#define MSTATS_MAX 128
+#define MSTATS_MAX 640         /* the daemon's samples at most (CORE_MAX_SAMPLES) */
 #define MSTATS_NAME 48
 
 struct mstats {

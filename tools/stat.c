@@ -18,8 +18,10 @@
  * second, the late ones (the reader got there first), the MB/s of staged
  * bytes freed unread, the staging in use, and the share of the time the
  * jobs' DataLoaders waited for data (reported by jobs under epochfs-run,
- * "#wait" lines in their orders). The header is printed again when a set
- * of columns appears or goes.
+ * "#wait" lines in their orders). With an SSD tier (tier_dirs > 0), the
+ * share of the bytes read that the tier answered, its MB/s, how much of it
+ * is used and its items. The header is printed again when a set of columns
+ * appears or goes.
  *
  * Reads the kernel answers from its own page cache never reach the daemon,
  * so they are in none of these numbers (docs/design.md, "Counters").
@@ -55,11 +57,12 @@ static double get(const struct snap *s, const char *k)
 }
 
 /* Which optional column sets a snapshot calls for. */
-enum { COL_PEERS = 1, COL_PREP = 2, COL_PREFETCH = 4 };
+enum { COL_PEERS = 1, COL_PREP = 2, COL_PREFETCH = 4, COL_TIER = 8 };
 
 static int columns(const struct snap *s)
 {
 	return (get(s, "peer_nodes") > 0 ? COL_PEERS : 0) | (get(s, "prep_groups") > 0 ? COL_PREP : 0) |
+	       (get(s, "tier_dirs") > 0 ? COL_TIER : 0) |
 	       (get(s, "order_streams") > 0 || get(s, "prefetch_bytes") > 0 ? COL_PREFETCH : 0);
 }
 
@@ -106,6 +109,8 @@ static void line(const struct snap *a, const struct snap *b, int json, int cols)
 	double staged = get(b, "prefetch_staged_bytes"), streams = get(b, "order_streams");
 	double jw = delta(a, b, "job_wait_us"), jr = delta(a, b, "job_run_us");
 	double wait = jr > 0 ? jw / jr : NAN;
+	double tb = delta(a, b, "tier_hit_bytes"), tused = get(b, "tier_used_bytes");
+	double tcap = get(b, "tier_capacity_bytes");
 
 	if (dt <= 0)
 		dt = 1e-9;
@@ -124,11 +129,13 @@ static void line(const struct snap *a, const struct snap *b, int json, int cols)
 		       "\"prep_images_per_s\": %.3f, \"prep_cores\": %.3f, \"order_streams\": %.0f, "
 		       "\"prefetch_mb_s\": %.3f, \"prefetch_hits_per_s\": %.1f, "
 		       "\"prefetch_late_per_s\": %.1f, \"prefetch_wasted_mb_s\": %.3f, "
-		       "\"prefetch_staged_bytes\": %.0f, \"data_wait\": %s}\n",
+		       "\"prefetch_staged_bytes\": %.0f, \"data_wait\": %s, \"tier_hit_ratio\": %.4f, "
+		       "\"tier_mb_s\": %.3f, \"tier_used_bytes\": %.0f, \"tier_capacity_bytes\": %.0f, "
+		       "\"tier_items\": %.0f}\n",
 		       a ? "false" : "true", dt, rb / 1e6 / dt, rd / dt, hs, sb / 1e6 / dt, used, cap,
 		       get(b, "cache_items"), err, bad, nodes, up, pin / 1e6 / dt, pout / 1e6 / dt, perr,
 		       img / dt, cpu / dt, streams, pfb / 1e6 / dt, pfh / dt, pfl / dt, pfw / 1e6 / dt,
-		       staged, ws);
+		       staged, ws, rb > 0 ? tb / rb : 0, tb / 1e6 / dt, tused, tcap, get(b, "tier_items"));
 	} else {
 		char hs[16] = "     -", fill[16] = "   off";
 		if (!isnan(hit))
@@ -145,6 +152,15 @@ static void line(const struct snap *a, const struct snap *b, int json, int cols)
 		}
 		if (cols & COL_PREP)
 			printf(" %9.0f %6.2f", img / dt, cpu / dt);
+		if (cols & COL_TIER) {
+			char th[16] = "     -", tf[16] = "   off";
+			if (rb > 0)
+				snprintf(th, sizeof(th), "%5.1f%%", 100 * tb / rb);
+			if (tcap > 0)
+				snprintf(tf, sizeof(tf), "%5.1f%%", 100 * tused / tcap);
+			printf(" %6s %9.1f %8.2f %6s %9.0f", th, tb / 1e6 / dt, tused / 1073741824.0, tf,
+			       get(b, "tier_items"));
+		}
 		if (cols & COL_PREFETCH) {
 			char wt[16] = "     -";
 			if (!isnan(wait))
@@ -165,6 +181,8 @@ static void header(int cols)
 		printf(" %9s %9s %6s %7s", "peer MB/s", "served", "up", "perr");
 	if (cols & COL_PREP)
 		printf(" %9s %6s", "prep im/s", "cores");
+	if (cols & COL_TIER)
+		printf(" %6s %9s %8s %6s %9s", "tier", "tier MB/s", "tier GiB", "fill", "items");
 	if (cols & COL_PREFETCH)
 		printf(" %10s %8s %6s %10s %9s %6s", "ahead MB/s", "staged/s", "late", "waste MB/s", "stage MiB",
 		       "wait");

@@ -446,11 +446,14 @@ uint32_t core_chunk(const struct core *c)
 int core_cache_full(const struct core *c)
 {
 	struct cache_stats s = { 0 };
+	int ram_full = 1;
 
-	if (!c->cache)
-		return 1;
-	cache_get_stats(c->cache, &s);
-	return s.full > 0;
+	if (c->cache) {
+		cache_get_stats(c->cache, &s);
+		ram_full = s.full > 0;
+	}
+	/* With an SSD tier, the node keeps taking its items until both are. */
+	return ram_full && (!c->tier || tier_is_full(c->tier));
 }
 
 uint64_t core_cache_capacity(const struct core *c)

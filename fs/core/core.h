@@ -266,7 +266,8 @@ uint32_t core_chunk(const struct core *c);
 uint64_t core_owned_bytes(struct core *c, int (*owns)(void *ctx, struct source_item *it), void *ctx);
 uint64_t core_cache_capacity(const struct core *c);
 /* True once the cache refused an admission for lack of budget (it never
- * evicts, so this holds until the remount), or when there is no cache. */
+ * evicts, so this holds until the remount), or when there is no cache;
+ * with an SSD tier, only once the tier has no room either. */
 int core_cache_full(const struct core *c);
 /* The manifest (--manifest), or NULL. core_verifiable() gives the record of
  * file ID at size SIZE, or -1 when its bytes cannot be checked (no

@@ -354,8 +354,16 @@ static int tier_path(struct read_ctx *x, uint32_t chunk)
 		return 0;
 	if (c->peer.owns && !c->peer.owns(c->peer.ctx, it))
 		return 0;
-	if (!(x->claim = tier_claim(c->tier, x->id, chunk, &x->a.v, item_len, &buf)))
+	int held = 0;
+	if (!(x->claim = tier_claim(c->tier, x->id, chunk, &x->a.v, item_len, &buf, &held))) {
+		if (held && x->kind == RK_PEER) {
+			/* Ours, being written: the asker gets storage's bytes
+			 * from us rather than spill it to another node. */
+			fetch(x, 1, x->off, x->len, NULL, sources_done);
+			return 1;
+		}
 		return 0;
+	}
 	x->claim_buf = buf;
 	x->claim_len = item_len;
 	fetch(x, 1, x->item_off, item_len, buf, tier_load_done);
@@ -514,6 +522,18 @@ static void read_item(struct core *c, uint32_t id, const struct index_attr *a, o
 
 /* ---- ahead of the readers ---- */
 
+/* A prefetch the SSD tier took has been read: the tier writes it. */
+static void prefetch_tier_done(void *arg, ssize_t res, const void *buf)
+{
+	struct read_ctx *x = arg;
+	int ok = res == (ssize_t)x->claim_len;
+
+	(void)buf;
+	tier_fill(x->c->tier, x->claim, ok);
+	x->pcb.done(x->pcb.arg, ok ? res : res < 0 ? res : -EIO, 1);
+	free(x);
+}
+
 static void prefetch_fetched(void *arg, ssize_t res, const void *buf)
 {
 	struct read_ctx *x = arg;
@@ -564,6 +584,30 @@ void core_prefetch_item(struct core *c, uint32_t id, const struct index_attr *a,
 		x->ref = ref;
 		fetch(x, 0, item_off, ref.len, ref.data, load_done);
 		return;
+	}
+	if (c->tier) {
+		/* What RAM cannot take goes to the tier, not to staging: staged
+		 * bytes are freed once read, and the item would be fetched from
+		 * storage again every epoch. */
+		int err, held = 0;
+		struct source_item *it = item_of(x, &err);
+		if (tier_holds(c->tier, id, chunk, &a->v)) {
+			cb->done(cb->arg, 0, 1);
+			free(x);
+			return;
+		}
+		if (it && item_len && (!c->peer.owns || c->peer.owns(c->peer.ctx, it)) &&
+		    (x->claim = tier_claim(c->tier, id, chunk, &a->v, item_len, &buf, &held))) {
+			x->claim_buf = buf;
+			x->claim_len = item_len;
+			fetch(x, 1, item_off, item_len, buf, prefetch_tier_done);
+			return;
+		}
+		if (held) {
+			cb->done(cb->arg, 0, 1);
+			free(x);
+			return;
+		}
 	}
 	if (!(buf = cb->stage(cb->arg, item_len))) {
 		cb->done(cb->arg, -ENOSPC, 0);

@@ -260,7 +260,7 @@ static void tread_end(struct tread *r, ssize_t res)
 		r->done(r->arg, -EAGAIN, NULL);     /* the next source answers */
 	} else {
 		size_t skip = (size_t)(r->off - r->item_off);
-		size_t n = r->it.len - skip < r->len ? r->it.len - skip : r->len;
+		size_t n = skip >= r->it.len ? 0 : r->it.len - skip < r->len ? r->it.len - skip : r->len;
 		INC(t->st.hits, 1);
 		INC(t->st.hit_bytes, n);
 		if (r->buf) {
@@ -424,7 +424,7 @@ static int above_floor(struct tdir *d, uint64_t step)
 }
 
 struct tier_claim *tier_claim(struct tier *t, uint32_t id, uint32_t chunk, const struct index_version *v,
-			      size_t len, void **buf)
+			      size_t len, void **buf, int *held_out)
 {
 	uint64_t key = key_of(id, chunk), need = round_up(len);
 	struct tier_claim *cl = NULL;
@@ -493,6 +493,8 @@ out:
 		if (!d && !held)
 			INC(t->st.full, 1);
 	}
+	if (held_out)
+		*held_out = held;
 	return cl;
 }
 
@@ -813,6 +815,20 @@ void tier_free(struct tier *t)
 	pthread_cond_destroy(&t->wq_idle);
 	free(t->slots);
 	free(t);
+}
+
+int tier_is_full(struct tier *t)
+{
+	int full = 1;
+
+	pthread_mutex_lock(&t->lock);
+	for (unsigned k = 0; k < t->ndirs; k++) {
+		struct tdir *d = &t->dirs[k];
+		if (!__atomic_load_n(&d->down, __ATOMIC_RELAXED) && d->used + round_up(t->chunk) <= d->size)
+			full = 0;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return full;
 }
 
 void tier_get_stats(struct tier *t, struct tier_stats *s)

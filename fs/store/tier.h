@@ -86,18 +86,23 @@ void tier_read(void *ctx, struct source_item *it, off_t off, size_t len, void *b
 	       void *arg);
 
 /* Admission of item (ID, CHUNK) at version V, LEN bytes: NULL when the
- * tier holds or is writing it, or has no room; else a claim, with *BUF a
+ * tier holds or is writing it (*HELD set, may be NULL), or has no room;
+ * else a claim, with *BUF a
  * buffer of LEN bytes (4 KiB aligned) to fill. tier_fill() ends the claim:
  * OK nonzero when *BUF holds the bytes (they are written and recorded
  * later, on the writer thread, which frees the buffer); zero gives the
  * room up unused. */
 struct tier_claim;
 struct tier_claim *tier_claim(struct tier *t, uint32_t id, uint32_t chunk, const struct index_version *v,
-			      size_t len, void **buf);
+			      size_t len, void **buf, int *held);
 void tier_fill(struct tier *t, struct tier_claim *cl, int ok);
 
 /* 1 if the tier holds the item at version V (a hint: a read may still pass). */
 int tier_holds(struct tier *t, uint32_t id, uint32_t chunk, const struct index_version *v);
+
+/* 1 when no directory can take another item of CHUNK bytes (all full or
+ * down): with peers, the node then lets its items spill to the next ones. */
+int tier_is_full(struct tier *t);
 
 void tier_get_stats(struct tier *t, struct tier_stats *s);
 /* Waits until every queued write is done (tests, warm-up). */

@@ -15,6 +15,7 @@ peer_cleanup() {
 		disown "${NODE_PID[$r]}" 2>/dev/null
 		kill -9 "${NODE_PID[$r]}" 2>/dev/null
 	done
+	drop_states
 	rm -rf "$T"
 }
 trap peer_cleanup EXIT
@@ -109,11 +110,11 @@ epoch_all() {
 # the kernel's readahead may still be answering after a reader returned.
 settle() {
 	local a b i
-	b="$(total storage_read_bytes) $(total peer_read_bytes)"
+	b="$(total storage_read_bytes) $(total peer_read_bytes) $(total tier_admitted)"
 	for i in $(seq 100); do
 		sleep 0.3
 		a=$b
-		b="$(total storage_read_bytes) $(total peer_read_bytes)"
+		b="$(total storage_read_bytes) $(total peer_read_bytes) $(total tier_admitted)"
 		[ "$a" = "$b" ] && return 0
 	done
 	fail "the counters never settled"

@@ -112,6 +112,26 @@ s1=$(total storage_read_bytes)
 ok "spill: node 0 full at D/5, its overflow kept by the runners-up; epoch 1 read 0 storage bytes"
 for r in 0 1 2; do stop_node "$r"; done
 
+# SSD tiers: each node's RAM holds an eighth of the data and its tier a
+# quarter; together they hold every node's share, so after epoch 0 the
+# cluster reads nothing from storage, the tiers serving what RAM cannot.
+for r in 0 1 2; do
+	start_node "$r" -- --peers "$PEERS" --secret-file "$T/secret" --cache-size $((bytes / 8)) --no-persist \
+		--cache-dir "$T/tier$r" --cache-dir-size $((bytes / 4))
+done
+epoch_all 80 "tiers, epoch 0"
+s0=$(total storage_read_bytes)
+drop_caches
+epoch_all 90 "tiers, epoch 1"
+s1=$(total storage_read_bytes) th=$(total tier_hits) ti=$(total tier_items)
+if [ "$s1" != "$s0" ]; then
+	for r in 0 1 2; do python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print({k: v for k, v in d.items() if k.startswith(("tier_", "cache_items", "cache_full", "storage_read", "peer_read", "peer_served"))})' "$T/m$r/.epochfs/stats.json"; done
+	fail "tiers: epoch 1 read $((s1 - s0)) bytes from storage"
+fi
+[ "$th" -gt 0 ] || fail "tiers: no tier hits"
+ok "tiers: RAM D/8 + tier D/4 a node; epoch 1 read 0 storage bytes, $th reads from $ti tier items"
+for r in 0 1 2; do stop_node "$r"; done
+
 # --cache-remote: spare budget keeps other nodes' items too, so node 0's
 # second pass is all local hits (without it, two thirds came from peers).
 for r in 0 1 2; do start_node "$r" -- --peers "$PEERS" --secret-file "$T/secret" --cache-remote --no-persist; done

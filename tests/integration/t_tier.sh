@@ -66,6 +66,53 @@ cmp -s "$T/src/$f" "$M/$f" || fail "a changed file was served with old bytes"
 umount_ep
 ok "a restart adopts the tier (the next epoch reads 0 storage bytes); a changed file is served new"
 
+# epochfs-warmup: loads the caches before training, says what did not fit.
+WARM=$ROOT/$BUILD/epochfs-warmup
+mount_ep "$T/src" "$M" --cache-size $((D / 4)) --no-persist --cache-dir "$T/warm"
+"$WARM" -q "$M" > "$T/warm.out" || fail "epochfs-warmup failed: $(cat "$T/warm.out")"
+grep -q "300 files" "$T/warm.out" && grep -q "; 0.0 MB fit in neither" "$T/warm.out" ||
+	fail "warm-up summary: $(cat "$T/warm.out")"
+b=$(epoch 7)
+[ "$b" = 0 ] || fail "the first epoch after a warm-up read $b bytes from storage"
+(cd "$T/src" && find . -name '*.jpg' | head -5) > "$T/list"
+"$WARM" -q --list "$T/list" "$M" | grep -q "5 files" || fail "--list"
+"$WARM" "$M" /etc >/dev/null 2>&1 && fail "a path outside the mount was taken"
+"$WARM" "$T/src" >/dev/null 2>&1; [ $? = 2 ] || fail "a directory that is not a mount was taken"
+umount_ep
+mount_ep "$T/src" "$M" --cache-size $((D / 4)) --no-persist
+"$WARM" -q "$M" > "$T/warm.out" || fail "epochfs-warmup without a tier"
+grep -q "fit in neither: every epoch reads them" "$T/warm.out" || fail "what did not fit: $(cat "$T/warm.out")"
+umount_ep
+ok "epochfs-warmup fills RAM and tier (the next epoch reads 0 storage bytes), takes a list, says what did not fit"
+
+# With an order told (epochfs-run's channel), what RAM cannot take is
+# prefetched into the tier, not into staging: the next epoch reads nothing.
+ordered() { # ordered SEED: tells a shuffled order and reads in it, every file checked
+	python3 - "$T/src" "$M" "$1" <<'PY' || fail "ordered epoch: wrong bytes"
+import os, random, sys
+src, mnt, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+files = sorted(os.path.relpath(os.path.join(d, f), src) for d, _, fs in os.walk(src) for f in fs)
+random.Random(seed).shuffle(files)
+with open(os.path.join(mnt, ".epochfs/order/t"), "w") as f:
+    f.write("".join(p + "\n" for p in files))
+for rel in files:
+    with open(os.path.join(src, rel), "rb") as a, open(os.path.join(mnt, rel), "rb") as b:
+        assert a.read() == b.read(), rel
+os.unlink(os.path.join(mnt, ".epochfs/order/t"))
+PY
+}
+mount_ep "$T/src" "$M" --cache-size $((D / 4)) --no-persist --cache-dir "$T/pf" --prefetch-window 32
+ordered 11
+settle
+pf=$(st prefetch_bytes) ti=$(st tier_items)
+[ "$pf" -gt 0 ] && [ "$ti" -gt 150 ] || fail "prefetch into the tier: prefetched $pf, tier items $ti"
+s0=$(st storage_read_bytes)
+sync; echo 3 > /proc/sys/vm/drop_caches
+ordered 12
+[ "$(st storage_read_bytes)" = "$s0" ] || fail "an ordered epoch after the fill read $(($(st storage_read_bytes) - s0)) storage bytes"
+umount_ep
+ok "prefetch fills the tier with what RAM cannot take ($ti items); the next ordered epoch reads 0 storage bytes"
+
 # A flipped byte in the tier's data file: dropped on read, served from storage.
 python3 - "$T/ssd/epochfs-tier/arena" <<'PY'
 import sys

@@ -71,7 +71,7 @@ static struct tier *open_tier(uint64_t size, int persist)
 static void put(struct tier *t, uint32_t id, size_t len, int fill)
 {
 	void *buf;
-	struct tier_claim *cl = tier_claim(t, id, 0, &vers[id], len, &buf);
+	struct tier_claim *cl = tier_claim(t, id, 0, &vers[id], len, &buf, NULL);
 
 	cr_assert_not_null(cl, "claim of %u", id);
 	memset(buf, fill, len);
@@ -108,7 +108,9 @@ Test(tier, written_items_read_back_checked)
 
 	put(t, 1, 50000, 0x11);
 	put(t, 2, 4096, 0x22);
-	cr_expect_null(tier_claim(t, 1, 0, &vers[1], 50000, &(void *){ NULL }), "a second claim of one item");
+	int held = 0;
+	cr_expect_null(tier_claim(t, 1, 0, &vers[1], 50000, &(void *){ NULL }, &held), "a second claim of one item");
+	cr_expect_eq(held, 1);
 	tier_sync(t);
 	struct got g = get(t, 1, 1000, 4000);
 	cr_expect_eq(g.res, 4000);
@@ -168,7 +170,7 @@ Test(tier, the_budget_is_never_passed)
 
 	put(t, 1, 4096, 1);
 	put(t, 2, 8000, 2);
-	cr_expect_null(tier_claim(t, 3, 0, &vers[3], 10, &buf));
+	cr_expect_null(tier_claim(t, 3, 0, &vers[3], 10, &buf, NULL));
 	struct tier_stats s;
 	tier_get_stats(t, &s);
 	cr_expect_eq(s.full, 1);
