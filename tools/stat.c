@@ -20,8 +20,10 @@
  * jobs' DataLoaders waited for data (reported by jobs under epochfs-run,
  * "#wait" lines in their orders). With an SSD tier (tier_dirs > 0), the
  * share of the bytes read that the tier answered, its MB/s, how much of it
- * is used and its items. The header is printed again when a set of columns
- * appears or goes.
+ * is used and its items. After a restart, one line above the table says
+ * what the RAM cache and the tier adopted from the previous daemon and
+ * dropped. The header is printed again when a set of columns appears or
+ * goes.
  *
  * Reads the kernel answers from its own page cache never reach the daemon,
  * so they are in none of these numbers (docs/design.md, "Counters").
@@ -131,11 +133,14 @@ static void line(const struct snap *a, const struct snap *b, int json, int cols)
 		       "\"prefetch_late_per_s\": %.1f, \"prefetch_wasted_mb_s\": %.3f, "
 		       "\"prefetch_staged_bytes\": %.0f, \"data_wait\": %s, \"tier_hit_ratio\": %.4f, "
 		       "\"tier_mb_s\": %.3f, \"tier_used_bytes\": %.0f, \"tier_capacity_bytes\": %.0f, "
-		       "\"tier_items\": %.0f}\n",
+		       "\"tier_items\": %.0f, \"ram_adopted\": %.0f, \"ram_dropped_at_mount\": %.0f, "
+		       "\"tier_adopted\": %.0f, \"tier_dropped_at_mount\": %.0f}\n",
 		       a ? "false" : "true", dt, rb / 1e6 / dt, rd / dt, hs, sb / 1e6 / dt, used, cap,
 		       get(b, "cache_items"), err, bad, nodes, up, pin / 1e6 / dt, pout / 1e6 / dt, perr,
 		       img / dt, cpu / dt, streams, pfb / 1e6 / dt, pfh / dt, pfl / dt, pfw / 1e6 / dt,
-		       staged, ws, rb > 0 ? tb / rb : 0, tb / 1e6 / dt, tused, tcap, get(b, "tier_items"));
+		       staged, ws, rb > 0 ? tb / rb : 0, tb / 1e6 / dt, tused, tcap, get(b, "tier_items"),
+		       get(b, "persist_adopted"), get(b, "persist_dropped_changed") + get(b, "persist_dropped_corrupt") +
+		       get(b, "persist_dropped_other"), get(b, "tier_adopted"), get(b, "tier_dropped"));
 	} else {
 		char hs[16] = "     -", fill[16] = "   off";
 		if (!isnan(hit))
@@ -256,6 +261,19 @@ int main(int argc, char **argv)
 	if (take(file, mnt, &prev) < 0)
 		return 1;
 	int cols = columns(&prev);
+	if (!json && (get(&prev, "persist_found") > 0 || get(&prev, "tier_adopted") > 0 ||
+		      get(&prev, "tier_dropped") > 0)) {
+		/* What a restart kept: once, above the table. */
+		double dr = get(&prev, "persist_dropped_changed") + get(&prev, "persist_dropped_corrupt") +
+			    get(&prev, "persist_dropped_other");
+		printf("at mount: the RAM cache adopted %.0f items (%.2f GB), dropped %.0f%s", get(&prev, "persist_adopted"),
+		       get(&prev, "persist_adopted_bytes") / 1e9, dr,
+		       get(&prev, "persist_discarded") > 0 ? " (its state was discarded)" : "");
+		if (get(&prev, "tier_dirs") > 0)
+			printf("; the SSD tier adopted %.0f items (%.2f GB), dropped %.0f", get(&prev, "tier_adopted"),
+			       get(&prev, "tier_adopted_bytes") / 1e9, get(&prev, "tier_dropped"));
+		printf("\n");
+	}
 	if (!json)
 		header(cols);
 	line(NULL, &prev, json, cols);

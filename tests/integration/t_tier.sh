@@ -55,6 +55,8 @@ ok "RAM D/4 + tier: epoch 1 read 0 storage bytes ($ram items in RAM, $tier in th
 f=$(cd "$T/src" && find . -name '*.jpg' | sort | sed -n 5p)
 mount_ep "$T/src" "$M" "${OPTS[@]}" --cache-dir "$T/ssd"
 [ "$(st tier_adopted)" = "$tier" ] || fail "adopted $(st tier_adopted) of $tier tier items"
+"$ROOT/$BUILD/epochfs-stat" "$M" --count 1 | grep -q "at mount: the RAM cache adopted $ram items .*the SSD tier adopted $tier items" ||
+	fail "epochfs-stat does not say what was adopted: $("$ROOT/$BUILD/epochfs-stat" "$M" --count 1)"
 b=$(epoch 3)
 [ "$b" = 0 ] || fail "the epoch after a restart read $b bytes from storage"
 umount_ep
