@@ -64,6 +64,14 @@ static int push(struct list *l, const char *s)
 	return 0;
 }
 
+static void free_files(void)
+{
+	for (size_t i = 0; i < W.files.n; i++)
+		free(W.files.v[i]);
+	free(W.files.v);
+	W.files = (struct list){ 0 };
+}
+
 /* Adds PATH: a file, or every file below a directory (the mount's
  * .epochfs/ and .prep/ are not data and are skipped). */
 static int add(const char *path, int top)
@@ -264,6 +272,7 @@ int main(int argc, char **argv)
 	snprintf(stats, sizeof(stats), "%s/.epochfs/stats.json", mnt);
 	if (access(stats, R_OK) < 0) {
 		fprintf(stderr, "epochfs-warmup: %s is not an epochfs mount (no .epochfs/stats.json)\n", mnt);
+		free(mnt);
 		return 2;
 	}
 	if (list && load_list(list, mnt) < 0)
@@ -271,6 +280,8 @@ int main(int argc, char **argv)
 	for (int i = optind + 1; i < argc; i++) {
 		if (!inside(argv[i], mnt)) {
 			fprintf(stderr, "epochfs-warmup: %s is not inside %s\n", argv[i], mnt);
+			free_files();
+			free(mnt);
 			return 2;
 		}
 		if (add(argv[i], 0) < 0)
@@ -337,6 +348,7 @@ int main(int argc, char **argv)
 	       "owner peer)" : "");
 	if (W.errors)
 		fprintf(stderr, "epochfs-warmup: %llu files could not be read\n", (unsigned long long)W.errors);
+	free_files();
 	free(mnt);
 	return W.errors || bad ? 1 : 0;
 }
