@@ -580,11 +580,13 @@ int persist_adopt_items(struct persist *p, persist_adopt_fn fn, void *fn_arg, pe
 				/* Overlaps: by offset, the first one holds the bytes. */
 				qsort(v, n, sizeof(*v), by_off);
 				uint64_t end = 0;
+				/* Without compaction nothing moves: what lies past a
+				 * smaller budget goes with the truncation below. */
+				uint64_t lim = p->compact || len_arena < p->capacity ? len_arena : p->capacity;
 				for (size_t i = 0; i < n; i++) {
 					if (v[i].state)
 						continue;
-					if (v[i].off < end || v[i].off % GRAIN || v[i].off > len_arena ||
-					    v[i].len > len_arena - v[i].off)
+					if (v[i].off < end || v[i].off % GRAIN || v[i].off > lim || v[i].len > lim - v[i].off)
 						v[i].state = DROP_OTHER;
 					else
 						end = v[i].off + v[i].len;

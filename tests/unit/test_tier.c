@@ -206,3 +206,21 @@ Test(tier, a_restart_adopts_and_no_persist_starts_empty)
 	cr_expect_eq(s.adopted, 0, "and leaves nothing to adopt");
 	tier_free(t);
 }
+
+Test(tier, a_smaller_budget_drops_what_lies_past_it)
+{
+	struct tier *t = open_tier(1 << 20, 1);
+	struct tier_stats s;
+
+	put(t, 1, 20000, 1);
+	put(t, 2, 20000, 2);
+	put(t, 3, 20000, 3);
+	tier_free(t);
+	t = open_tier(45056, 1);        /* room for the first two only */
+	tier_get_stats(t, &s);
+	cr_expect_eq(s.adopted, 2);
+	cr_expect_eq(s.dropped, 1);
+	cr_expect_eq(get(t, 2, 0, 10).res, 10);
+	cr_expect_eq(get(t, 3, 0, 10).res, -EAGAIN);
+	tier_free(t);
+}
