@@ -21,6 +21,12 @@
 #   analyze epochfs-analyze on the epochfs configuration, its breakdown set
 #           against the direct measurement (RAM = compute + prep,
 #           epochfs - RAM = fetch stall); not in the default list.
+#   tier    the epochfs configuration plus an SSD tier of D (--cache-dir in
+#           STALL_TIER_DIR, default the work directory); not in the default
+#           list. Meant with STALL_LOOP=1: SOURCE is then copied into an ext4
+#           image on a loop device and the throttle slows that device alone,
+#           as a network filesystem would be slow while the node's own disk
+#           (the tier's) is not.
 # Per configuration, EPOCHS epochs; epochs >= 1 count (median seconds), with
 # the bytes the daemon read from storage and the cgroup's device bytes
 # beside the daemon's (the job's own: its libraries re-read under pressure).
@@ -73,6 +79,7 @@ SHM=/dev/shm/epochfs-stalls-$$
 bench_cleanup_more() {
 	[ -n "$EP_PID" ] && wait "$EP_PID" 2>/dev/null
 	rm -rf "$SHM"
+	[ -n "${LOOPMNT:-}" ] && { umount "$LOOPMNT" 2>/dev/null || umount -l "$LOOPMNT"; }
 	for _ in $(seq 50); do
 		rmdir "$MEMCG" "$BLKCG" "$CPUCG" 2>/dev/null
 		[ -d "$MEMCG" ] || [ -d "$BLKCG" ] || [ -d "$CPUCG" ] || break
@@ -86,6 +93,17 @@ mkdir "$CPUCG" 2>/dev/null || CPUCG=
 CGS="$MEMCG $BLKCG $CPUCG"
 
 thrash_dataset "$DATA" "$FILES"
+if [ "${STALL_LOOP:-0}" = 1 ]; then
+	# SOURCE on a device of its own: a loop-mounted ext4 copy of the dataset.
+	LOOPMNT=$W/slow
+	mkdir -p "$LOOPMNT"
+	truncate -s $((D * 12 / 10 + (64 << 20))) "$W/source.img"
+	mkfs.ext4 -q -F "$W/source.img"
+	mount -o loop "$W/source.img" "$LOOPMNT"
+	cp -a "$SRC/." "$LOOPMNT/"
+	sync
+	SRC=$LOOPMNT
+fi
 CPCT=${STALL_CACHE_PCT:-50}
 CACHE_B=$((D * CPCT / 100))   # the cache (and the memory beside the pipeline): D/2 by default
 dev=$(stat -c '%d' "$SRC")
@@ -205,10 +223,14 @@ for workers in $WORKERSS; do
 			case " $CONFIGS " in *" native "*)
 				drop; job "native@$tag" "$SRC/" "$workers" ;;
 			esac
-			for cfg in epochfs run; do
+			for cfg in epochfs run tier; do
 				case " $CONFIGS " in *" $cfg "*) ;; *) continue ;; esac
 				drop
-				if [ "$cfg" = run ] && [ -n "${STALL_RUN_ARGS:-}" ]; then
+				if [ "$cfg" = tier ]; then
+					TD=${STALL_TIER_DIR:-$W/tier}
+					rm -rf "$TD"
+					mount_ep --cache-size "$CACHE_B" --cache-dir "$TD" --cache-dir-size $((D + D / 8))
+				elif [ "$cfg" = run ] && [ -n "${STALL_RUN_ARGS:-}" ]; then
 					# shellcheck disable=SC2086
 					mount_ep $STALL_RUN_ARGS
 				elif [ "$cfg" = run ]; then
