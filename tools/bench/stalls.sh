@@ -100,6 +100,7 @@ if [ "${STALL_LOOP:-0}" = 1 ]; then
 	truncate -s $((D * 12 / 10 + (64 << 20))) "$W/source.img"
 	mkfs.ext4 -q -F "$W/source.img"
 	mount -o loop "$W/source.img" "$LOOPMNT"
+	rmdir "$LOOPMNT/lost+found"     # ImageFolder would take it for an empty class
 	cp -a "$SRC/." "$LOOPMNT/"
 	sync
 	SRC=$LOOPMNT
