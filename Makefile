@@ -264,10 +264,56 @@ demo: all
 bench: all
 	$(Q)BUILD=$(BUILD) bash tools/bench/run.sh
 
+# Installation, by the GNU conventions: make install PREFIX=/usr DESTDIR=...
+# The daemon and tools go to BINDIR, mount(8)'s helper mount.fuse.epochfs
+# to SBINDIR (mount looks in /sbin: with PREFIX=/usr it is there; else
+# link it, or rely on fuse3's mount.fuse3, which finds /usr/local/bin/epochfs
+# on its default PATH), the Python package to
+# PYTHONDIR (epochfs-run and epochfs-analyze point there), man pages made
+# from each command's --help to MANDIR.
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+SBINDIR ?= $(PREFIX)/sbin
+DATADIR ?= $(PREFIX)/share
+MANDIR ?= $(DATADIR)/man
+PYTHONDIR ?= $(PREFIX)/lib/epochfs/python
+INSTALL ?= install
+INSTALL_BINS := epochfs epochfs-gen epochfs-bench epochfs-stat epochfs-prep epochfs-manifest epochfs-warmup
+MAN1 := epochfs-gen:"a synthetic ImageNet-like JPEG dataset" \
+	epochfs-bench:"epoch-wise shuffled reads of a directory" \
+	epochfs-stat:"a live view of an epochfs mount's counters" \
+	epochfs-prep:"declare coordinated prep groups in an epochfs mount" \
+	epochfs-manifest:"per-chunk checksums of a dataset for epochfs --manifest" \
+	epochfs-warmup:"load files into an epochfs mount's caches before training" \
+	epochfs-run:"run a training job with epochfs's order-aware prefetch" \
+	epochfs-analyze:"measure a training job's data stalls and predict what would help"
+
+MAN1_NAMES := epochfs-gen epochfs-bench epochfs-stat epochfs-prep epochfs-manifest epochfs-warmup epochfs-run \
+	      epochfs-analyze
+
+install: all
+	$(Q)$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(PYTHONDIR)
+	$(Q)for b in $(INSTALL_BINS); do $(INSTALL) -m 755 $(BUILD)/$$b $(DESTDIR)$(BINDIR)/$$b || exit 1; done
+	$(Q)$(INSTALL) -m 755 tools/mount.fuse.epochfs $(DESTDIR)$(SBINDIR)/mount.fuse.epochfs
+	$(Q)for b in epochfs-run epochfs-analyze; do \
+		sed 's|@PYTHONDIR@|$(PYTHONDIR)|' tools/$$b.sh > $(DESTDIR)$(BINDIR)/$$b && chmod 755 $(DESTDIR)$(BINDIR)/$$b || exit 1; done
+	$(Q)cp -R python/epochfs $(DESTDIR)$(PYTHONDIR)/ && find $(DESTDIR)$(PYTHONDIR) -name __pycache__ -prune -exec rm -rf {} +
+	$(Q)sh tools/mkman.sh $(BUILD)/epochfs 8 "a FUSE filesystem for deep-learning datasets" > $(DESTDIR)$(MANDIR)/man8/epochfs.8
+	$(Q)for m in $(MAN1); do n=$${m%%:*}; d=$${m#*:}; d=$${d#\"}; d=$${d%\"}; \
+		sh tools/mkman.sh $(BUILD)/$$n 1 "$$d" > $(DESTDIR)$(MANDIR)/man1/$$n.1 || exit 1; done
+	@echo "installed into $(DESTDIR)$(PREFIX)"
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(INSTALL_BINS) epochfs-run epochfs-analyze)
+	rm -f $(DESTDIR)$(SBINDIR)/mount.fuse.epochfs
+	rm -f $(DESTDIR)$(MANDIR)/man8/epochfs.8 $(foreach n,$(MAN1_NAMES),$(DESTDIR)$(MANDIR)/man1/$(n).1)
+	rm -rf $(DESTDIR)$(PYTHONDIR)
+	-rmdir $(DESTDIR)$(PREFIX)/lib/epochfs 2>/dev/null
+
 clean:
 	rm -rf build build-san build-cuda build-san-cuda
 
-.PHONY: all unit pyunit integration test demo bench clean fuzz fuzz-smoke cuda-test
+.PHONY: all unit pyunit integration test demo bench clean fuzz fuzz-smoke cuda-test install uninstall
 .SECONDARY:
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -75,7 +75,8 @@ void options_usage(void *fp, const char *prog)
 	FILE *f = fp;
 
 	fprintf(f,
-		"usage: %s [OPTIONS] SOURCE MOUNTPOINT\n"
+		"usage: %s [OPTIONS] SOURCE MOUNTPOINT [-o OPTION[,OPTION...]]\n"
+		"       mount -t fuse.epochfs SOURCE MOUNTPOINT -o OPTION[,OPTION...]\n"
 		"\n"
 		"Presents the dataset directory SOURCE read-only at MOUNTPOINT, tuned for\n"
 		"deep-learning training: every epoch reads each file once in random order.\n"
@@ -84,7 +85,11 @@ void options_usage(void *fp, const char *prog)
 		"options:\n"
 		"  -f, --foreground     stay in the foreground (default: become a daemon)\n"
 		"  -d, --debug          print every FUSE request (implies -f)\n"
-		"  -o OPT[,OPT...]      mount options for FUSE, e.g. allow_other, auto_unmount\n"
+		"  -o OPT[,OPT...]      any option below as NAME=VALUE or NAME, '_' for '-'\n"
+		"                       (-o cache_size=50%%,no_persist: what /etc/fstab and\n"
+		"                       mount -t fuse.epochfs take), FUSE's own (allow_other,\n"
+		"                       auto_unmount); _netdev, noauto, nofail, x-systemd.*\n"
+		"                       and the like are mount(8)'s and are ignored here\n"
 		"      --threads N      FUSE worker threads at most (default %u)\n"
 		"      --scan-threads N threads for the mount-time scan (default: 4 per CPU)\n"
 		"      --timeout SEC    longest a change to SOURCE can go unseen: names,\n"
@@ -230,6 +235,162 @@ static int parse_seconds(const char *s, double *out)
 
 #define FAIL(...) do { snprintf(err, errlen, __VA_ARGS__); return -EINVAL; } while (0)
 
+static const struct option *long_named(const char *name, size_t n)
+{
+	for (const struct option *l = longopts; l->name; l++)
+		if (strlen(l->name) == n && !strncmp(l->name, name, n))
+			return l;
+	return NULL;
+}
+
+/* The -o elements mount(8), fstab and systemd use for themselves. */
+static int mount_only(const char *e)
+{
+	static const char *const words[] = { "_netdev", "auto", "noauto", "nofail", "defaults", "user",
+					     "users", "nouser", "owner", "group" };
+
+	for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+		if (!strcmp(e, words[i]))
+			return 1;
+	return !strncmp(e, "x-", 2) || !strncmp(e, "comment=", 8);
+}
+
+struct xargs {
+	struct options *o;
+	size_t used;                /* of o->xbuf */
+	int argc;
+	char fuse[1024];            /* -o elements for FUSE */
+};
+
+static char *xstr(struct xargs *x, const char *a, size_t an, const char *b)
+{
+	size_t bn = b ? strlen(b) : 0, need = an + bn + 1;
+	char *p;
+
+	if (x->used + need > sizeof(x->o->xbuf))
+		return NULL;
+	p = x->o->xbuf + x->used;
+	memcpy(p, a, an);
+	if (b)
+		memcpy(p + an, b, bn);
+	p[an + bn] = '\0';
+	x->used += need;
+	return p;
+}
+
+static int xpush(struct xargs *x, char *s)
+{
+	if (!s || x->argc + 1 >= (int)(sizeof(x->o->xargv) / sizeof(x->o->xargv[0])))
+		return -1;
+	x->o->xargv[x->argc++] = s;
+	x->o->xargv[x->argc] = NULL;
+	return 0;
+}
+
+/* One -o value: long options made of its elements, the rest kept for FUSE. */
+static int expand_o(struct xargs *x, const char *val, char *err, size_t errlen)
+{
+	size_t n = strlen(val);
+
+	if (!n || val[0] == ',' || val[n - 1] == ',' || strstr(val, ",,"))
+		FAIL("-o %s: empty mount option", val);
+	for (const char *e = val; *e;) {
+		size_t len = strcspn(e, ","), klen = strcspn(e, "=,");
+		char key[64], elem[512];
+		if (len >= sizeof(elem))
+			FAIL("-o %.40s...: option too long", e);
+		memcpy(elem, e, len);
+		elem[len] = '\0';
+		e += len + (e[len] == ',');
+		if (mount_only(elem))
+			continue;
+		const struct option *l = NULL;
+		if (klen < sizeof(key)) {
+			for (size_t i = 0; i < klen; i++)
+				key[i] = elem[i] == '_' ? '-' : elem[i];
+			key[klen] = '\0';
+			/* FUSE's own options keep their names (allow_other, max_read...). */
+			if (strchr(elem, '_') || strchr(key, '-') || long_named(key, klen))
+				l = long_named(key, klen);
+		}
+		if (!l || l->val == 'h' || l->val == 'V') {
+			size_t used = strlen(x->fuse);
+			if (used + len + 2 > sizeof(x->fuse))
+				FAIL("-o: too many mount options");
+			if (used)
+				x->fuse[used++] = ',';
+			memcpy(x->fuse + used, elem, len + 1);
+			continue;
+		}
+		int has_val = elem[klen] == '=';
+		if (l->has_arg == required_argument && !has_val)
+			FAIL("-o %s: expected %s=VALUE", elem, elem);
+		if (l->has_arg == no_argument && has_val)
+			FAIL("-o %s: %.*s takes no value", elem, (int)klen, elem);
+		if (xpush(x, xstr(x, "--", 2, key)) ||
+		    (has_val && xpush(x, xstr(x, elem + klen + 1, len - klen - 1, NULL))))
+			FAIL("-o: too many options");
+	}
+	return 0;
+}
+
+/* Rewrites ARGV into O->xargv: options first (-o elements that name long
+ * options made long options), SOURCE and MOUNTPOINT last. */
+static int normalize(int argc, char **argv, struct options *o, int *out_argc, char *err, size_t errlen)
+{
+	struct xargs x = { .o = o };
+	char *pos[8];
+	int npos = 0, dashdash = 0;  /* after "--", everything is SOURCE or MOUNTPOINT */
+
+	if (xpush(&x, argv[0] ? argv[0] : (char *)"epochfs"))
+		FAIL("too many arguments");
+	for (int i = 1; i < argc; i++) {
+		char *a = argv[i];
+		if (dashdash || a[0] != '-' || !a[1]) {
+			if (npos == (int)(sizeof(pos) / sizeof(pos[0])))
+				FAIL("%s: unexpected argument", a);
+			pos[npos++] = a;
+			continue;
+		}
+		if (!strcmp(a, "--")) {
+			dashdash = 1;
+			continue;
+		}
+		if (a[1] == '-') {
+			size_t n = strcspn(a + 2, "=");
+			const struct option *l = long_named(a + 2, n);
+			if (xpush(&x, a))
+				FAIL("too many arguments");
+			if (l && l->has_arg == required_argument && !a[2 + n] && i + 1 < argc && xpush(&x, argv[++i]))
+				FAIL("too many arguments");
+			continue;
+		}
+		/* Short options: -f, -d, -h, -V, possibly together; -o VALUE or -oVALUE. */
+		char *o_at = strchr(a, 'o');
+		if (!o_at) {
+			if (xpush(&x, a))
+				FAIL("too many arguments");
+			continue;
+		}
+		if (o_at > a + 1 && xpush(&x, xstr(&x, a, (size_t)(o_at - a), NULL)))
+			FAIL("too many arguments");
+		const char *val = o_at[1] ? o_at + 1 : i + 1 < argc ? argv[++i] : NULL;
+		if (!val)
+			FAIL("-o: missing argument");
+		if (expand_o(&x, val, err, errlen) < 0)
+			return -EINVAL;
+	}
+	if (x.fuse[0] && (xpush(&x, (char *)"-o") || xpush(&x, xstr(&x, x.fuse, strlen(x.fuse), NULL))))
+		FAIL("-o: too many mount options");
+	if (npos && xpush(&x, (char *)"--"))
+		FAIL("too many arguments");
+	for (int i = 0; i < npos; i++)
+		if (xpush(&x, pos[i]))
+			FAIL("too many arguments");
+	*out_argc = x.argc;
+	return 0;
+}
+
 int options_parse(int argc, char **argv, struct options *o, char *err, size_t errlen)
 {
 	int c;
@@ -248,6 +409,9 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 	o->prefetch_mem = PREFETCH_DEFAULT_MEM;
 	snprintf(o->peer_port, sizeof(o->peer_port), "%s", OPTIONS_DEFAULT_PEER_PORT);
 	err[0] = '\0';
+	if (normalize(argc, argv, o, &argc, err, errlen) < 0)
+		return -EINVAL;
+	argv = o->xargv;
 	optind = 0;                 /* full re-initialisation, so tests can call us again */
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "+:fdhVo:", longopts, NULL)) != -1) {

@@ -58,6 +58,11 @@ struct options {
 	unsigned ncache_dir_sizes;
 	int cache_dir_buffered;     /* --cache-dir-io buffered */
 	int help, version;
+	/* Storage for the command line as options_parse() rewrote it (-o
+	 * spellings of long options, options after SOURCE MOUNTPOINT as mount
+	 * helpers put them): what the fields above point into. */
+	char xbuf[4096];
+	char *xargv[256];
 };
 
 #define OPTIONS_DEFAULT_TIMEOUT (-1.0)    /* CORE_TIMEOUT_WATCHED or _UNWATCHED */
@@ -70,7 +75,16 @@ struct options {
 
 /* Returns 0, or -EINVAL with a one-line reason (no program name, no
  * newline) in ERR. With -h/-V it returns 0 and sets help/version; SOURCE
- * and MOUNTPOINT are then not required. */
+ * and MOUNTPOINT are then not required.
+ *
+ * Options may come before or after SOURCE and MOUNTPOINT (mount(8)'s
+ * helpers put them after; "--" ends them). Every long option has an -o
+ * spelling, its name with '_' for '-' (-o cache_size=50%,no_persist), so an
+ * fstab line or `mount -t fuse.epochfs -o ...` can say anything the command
+ * line can. The options mount(8) and systemd keep for themselves (_netdev,
+ * auto, noauto, nofail, defaults, user, users, nouser, x-*, comment=...)
+ * are dropped; every other -o element goes to FUSE, which refuses what it
+ * does not know. */
 int options_parse(int argc, char **argv, struct options *o, char *err, size_t errlen);
 
 /* Writes the --help text to F (a FILE *, void to keep stdio out of here). */

@@ -228,3 +228,33 @@ Test(options, prep_options)
 	cr_expect_eq(parse(&o, err, "--prep-mem", "0", "s", "m", NULL), -EINVAL);
 	cr_expect(strstr(err, "--prep-mem 0"), "%s", err);
 }
+
+Test(options, o_spellings_and_mount_helper_order)
+{
+	struct options o;
+	char err[256];
+
+	/* What mount.fuse3 runs for `mount -t fuse.epochfs s m -o ...`. */
+	cr_assert_eq(parse(&o, err, "s", "m", "-o", "rw,cache_size=64M,no_persist,_netdev,noauto,"
+			   "x-systemd.requires=network.target,allow_other,threads=4,comment=x", NULL), 0, "%s", err);
+	cr_expect_str_eq(o.source, "s");
+	cr_expect_str_eq(o.mountpoint, "m");
+	cr_expect_eq(o.cache_size, 64ull << 20);
+	cr_expect_eq(o.no_persist, 1);
+	cr_expect_eq(o.threads, 4);
+	cr_expect_str_eq(o.fuse_opts, "rw,allow_other", "FUSE keeps its own; mount's are dropped");
+	cr_assert_eq(parse(&o, err, "-ostate_dir=/dev/shm/q,cache_dir=/a,cache_dir=/b", "s", "m", NULL), 0, "%s", err);
+	cr_expect_str_eq(o.state_dir, "/dev/shm/q");
+	cr_expect_eq(o.ncache_dirs, 2);
+	cr_assert_eq(parse(&o, err, "s", "--cache-size", "1G", "m", NULL), 0, "%s", err);
+	cr_expect_eq(o.cache_size, 1ull << 30);
+	cr_assert_eq(parse(&o, err, "-f", "--", "-s", "m", NULL), 0, "%s", err);
+	cr_expect_str_eq(o.source, "-s");
+	/* Refused with one line. */
+	cr_expect_eq(parse(&o, err, "s", "m", "-o", "cache_size", NULL), -EINVAL);
+	cr_expect(strstr(err, "expected cache_size=VALUE"), "%s", err);
+	cr_expect_eq(parse(&o, err, "s", "m", "-o", "no_persist=1", NULL), -EINVAL);
+	cr_expect(strstr(err, "takes no value"), "%s", err);
+	cr_expect_eq(parse(&o, err, "s", "m", "-o", "cache_size=lots", NULL), -EINVAL);
+	cr_expect(strstr(err, "--cache-size lots"), "%s", err);
+}
