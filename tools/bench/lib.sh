@@ -10,6 +10,9 @@
 #                        (generated once; kept with a .files-N mark)
 #   thrash_dataset DIR N part 3's dataset (100 classes, seed 7), generated
 #                        once; sets SRC (its real path) and D (its bytes)
+#   ep_start ARGS...     the daemon (epochfs -f ARGS... W/mnt, stderr to W/err)
+#                        in the background, mounted; sets EP_PID
+#   ep_stop              unmounts it and waits for it
 BUILD=${BUILD:-build}
 EP_PID=
 
@@ -58,4 +61,16 @@ thrash_dataset() {
 	fi
 	SRC=$(realpath "$1")
 	D=$(find "$SRC" -type f -name '*.jpg' -printf '%s\n' | awk '{s+=$1} END {print s}')
+}
+
+ep_start() {
+	"$BUILD/epochfs" -f "$@" "$W/mnt" 2>>"$W/err" &
+	EP_PID=$!
+	wait_mount "$W/mnt"
+}
+
+ep_stop() {
+	fusermount3 -u "$W/mnt"
+	wait "$EP_PID" || true
+	EP_PID=
 }

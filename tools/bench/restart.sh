@@ -36,17 +36,8 @@ bench_init restart
 
 thrash_dataset "$DATA" "$FILES"
 
-# start [options]: a daemon on $W/mnt, in the background; sets EP_PID.
-start() {
-	"$BUILD/epochfs" -f "$@" "$W/mnt" 2>>"$W/err" &
-	EP_PID=$!
-	wait_mount "$W/mnt"
-}
-stop() {
-	fusermount3 -u "$W/mnt"
-	wait "$EP_PID" || true
-	EP_PID=
-}
+start() { ep_start "$@"; }
+stop() { ep_stop; }
 kill9() {
 	kill -9 "$EP_PID"
 	wait "$EP_PID" 2>/dev/null || true

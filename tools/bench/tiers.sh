@@ -30,16 +30,8 @@ bench_init tiers
 TD=${TIER_DIR:-$W/tier}
 thrash_dataset "$DATA" "$FILES"
 
-start() {
-	"$BUILD/epochfs" -f --no-persist "$@" "$SRC" "$W/mnt" 2>>"$W/err" &
-	EP_PID=$!
-	wait_mount "$W/mnt"
-}
-stop() {
-	fusermount3 -u "$W/mnt"
-	wait "$EP_PID" || true
-	EP_PID=
-}
+start() { ep_start --no-persist "$@" "$SRC"; }
+stop() { ep_stop; }
 # run NAME DIR: the fill epoch (epoch 0), then EPOCHS epochs, caches dropped
 # before each; prints a row (files/s median of the epochs after the fill).
 run() {
