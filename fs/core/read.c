@@ -307,24 +307,33 @@ static int load_staged(struct read_ctx *x, uint32_t chunk)
 	return 1;
 }
 
+/* Whether the bytes X's tier claim was filled with (RES of them) may be
+ * kept: all there and, read from storage with a manifest, the ones it
+ * lists (unchecked bytes are served, SOURCE is what readers get, but not
+ * kept, as for the RAM cache). */
+static int tier_keep(struct read_ctx *x, ssize_t res)
+{
+	struct core *c = x->c;
+	int f;
+
+	if (res != (ssize_t)x->claim_len)
+		return 0;
+	if (!x->via_storage || !c->man || (f = core_verifiable(c, x->id, x->a.v.size)) < 0 ||
+	    !manifest_check(c->man, (uint32_t)f, x->item.chunk, x->claim_buf, x->claim_len))
+		return 1;
+	stats_add(&c->stats, STAT_MANIFEST_MISMATCHES, 1);
+	return 0;
+}
+
 /* The SSD tier's load of X's item has ended: answer X from the item, then
  * hand the bytes to the tier's writer (or give the room up). */
 static void tier_load_done(void *arg, ssize_t res, const void *buf)
 {
 	struct read_ctx *x = arg;
 	struct core *c = x->c;
-	int ok = res == (ssize_t)x->claim_len, keep = ok;
+	int ok = res == (ssize_t)x->claim_len, keep = tier_keep(x, res);
 
 	(void)buf;
-	if (ok && x->via_storage && c->man) {
-		/* Unchecked bytes are served (SOURCE is what readers get) but
-		 * not kept, as for the RAM cache. */
-		int f = core_verifiable(c, x->id, x->a.v.size);
-		if (f >= 0 && manifest_check(c->man, (uint32_t)f, x->item.chunk, x->claim_buf, x->claim_len)) {
-			stats_add(&c->stats, STAT_MANIFEST_MISMATCHES, 1);
-			keep = 0;
-		}
-	}
 	if (ok)
 		reply_from_item(x, x->claim_buf, x->claim_len, 0);
 	else
@@ -529,7 +538,7 @@ static void prefetch_tier_done(void *arg, ssize_t res, const void *buf)
 	int ok = res == (ssize_t)x->claim_len;
 
 	(void)buf;
-	tier_fill(x->c->tier, x->claim, ok);
+	tier_fill(x->c->tier, x->claim, tier_keep(x, res));
 	x->pcb.done(x->pcb.arg, ok ? res : res < 0 ? res : -EIO, 1);
 	free(x);
 }
