@@ -21,14 +21,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
-#include <linux/magic.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -68,7 +66,6 @@ struct tdir {
 	uint64_t checked;           /* used at the last floor check */
 	uint64_t floor;             /* bytes its filesystem keeps free */
 	int down;                   /* atomic: admits nothing (vanished, failed write, floor) */
-	const char *why;            /* why it is down (static text) */
 };
 
 struct tier_claim {
@@ -157,7 +154,6 @@ static uint64_t round_up(uint64_t n)
 static void dir_down(struct tier *t, struct tdir *d, const char *why)
 {
 	if (!__atomic_exchange_n(&d->down, 1, __ATOMIC_RELAXED)) {
-		d->why = why;
 		INC(t->st.dirs_down, 1);
 		log_warn("SSD tier %s: %s; it admits nothing more (its items are still read while their "
 			 "reads succeed)", d->path, why);
