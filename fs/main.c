@@ -21,10 +21,8 @@
 #include "options.h"
 #include "path.h"
 #include "peer.h"
+#include "version.h"
 
-#ifndef EPOCHFS_VERSION
-#define EPOCHFS_VERSION "0.1.0"
-#endif
 
 static struct core *debug_core;
 
@@ -218,10 +216,14 @@ int main(int argc, char **argv)
 		.fsname = fsname, .threads = o.threads, .foreground = o.foreground,
 		.debug = o.debug, .handle_open = o.handle_open, .read_only = !o.prep,
 	};
-	ret = fsname ? ops_session_new(&oc, &sess) : -errno;
+	if (!fsname) {
+		log_error("SOURCE %s: %s", o.source, strerror(errno));
+		return 1;
+	}
+	ret = ops_session_new(&oc, &sess);
 	free(fsname);
-	if (ret == -EINVAL)
-		log_error("invalid mount options: %s", o.fuse_opts[0] ? o.fuse_opts : "(none)");
+	if (ret == -ENOMEM)
+		log_error("out of memory");
 	if (ret < 0)
 		return 1;   /* any other failure was reported where it happened */
 

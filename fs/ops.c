@@ -26,6 +26,7 @@
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -672,6 +673,44 @@ static void notifier_stop(struct ops_session *s)
 
 /* ---- session ---- */
 
+/* What libfuse says while it checks the options: kept (it comes in
+ * fragments) instead of printed, so that a refusal is one line of ours.
+ * Installed only around fuse_session_new, on the main thread, before any
+ * other thread of the daemon exists. */
+static char fuse_said[1024];
+
+static void keep_fuse_log(enum fuse_log_level level, const char *fmt, va_list ap)
+{
+	size_t used = strlen(fuse_said);
+
+	(void)level;
+	if (used < sizeof(fuse_said) - 1)
+		vsnprintf(fuse_said + used, sizeof(fuse_said) - used, fmt, ap);
+}
+
+/* One line for what libfuse refused: "unknown mount option(s): a,b" for
+ * options it does not know (it wrote "fuse: unknown option(s): `-o a,b'"),
+ * else its own words. */
+static void report_refusal(void)
+{
+	static const char unknown[] = "fuse: unknown option(s): `";
+	char *m = fuse_said, *end;
+
+	m[strcspn(m, "\n")] = '\0';
+	if (!strncmp(m, unknown, sizeof(unknown) - 1)) {
+		m += sizeof(unknown) - 1;
+		if ((end = strrchr(m, '\'')))
+			*end = '\0';
+		if (!strncmp(m, "-o ", 3))
+			m += 3;
+		log_error("unknown mount option(s): %s (see epochfs --help)", m);
+		return;
+	}
+	if (!strncmp(m, "fuse: ", 6))
+		m += 6;
+	log_error("invalid mount options: %s", m[0] ? m : "refused by libfuse");
+}
+
 int ops_session_new(const struct ops_config *cfg, struct ops_session **out)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
@@ -708,9 +747,13 @@ int ops_session_new(const struct ops_config *cfg, struct ops_session **out)
 		ops_session_free(s);
 		return -ENOMEM;
 	}
+	fuse_said[0] = '\0';
+	fuse_set_log_func(keep_fuse_log);
 	s->se = fuse_session_new(&args, &ops, sizeof(ops), s);
+	fuse_set_log_func(NULL);            /* libfuse's own again */
 	fuse_opt_free_args(&args);
 	if (!s->se) {
+		report_refusal();
 		ops_session_free(s);
 		return -EINVAL;
 	}

@@ -26,8 +26,9 @@ struct ops_config {
 struct ops_session;
 
 /* Checks the FUSE options and prepares a session; mounts nothing. Returns 0
- * and *OUT, -EINVAL after libfuse printed what it did not like, or another
- * -errno after logging why (the --log file cannot be opened). */
+ * and *OUT, -EINVAL after logging, in one line, which options libfuse
+ * refused, or another -errno after logging why (the --log file cannot be
+ * opened). */
 int ops_session_new(const struct ops_config *cfg, struct ops_session **out);
 
 /* Mounts, detaches unless foreground (fuse_daemonize: the parent exits once

@@ -23,6 +23,7 @@
 #include "mstats.h"
 #include "options.h"
 #include "rng.h"
+#include "version.h"
 
 static char **files;
 static size_t nfiles, capfiles;
@@ -119,7 +120,8 @@ static void usage(FILE *f)
 		"  --epochs E    epochs to run (default 3)\n"
 		"  --threads T   reader threads (default 2)\n"
 		"  --seed S      seed of the permutations (default 1)\n"
-		"  --json        one JSON object per epoch instead of text\n");
+		"  --json        one JSON object per epoch instead of text\n"
+		"  -V, --version print the version\n");
 }
 
 int main(int argc, char **argv)
@@ -127,7 +129,8 @@ int main(int argc, char **argv)
 	static const struct option lo[] = {
 		{ "epochs", required_argument, NULL, 'e' }, { "threads", required_argument, NULL, 't' },
 		{ "seed", required_argument, NULL, 's' },   { "json", no_argument, NULL, 'j' },
-		{ "help", no_argument, NULL, 'h' },         { NULL, 0, NULL, 0 },
+		{ "help", no_argument, NULL, 'h' },         { "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
 	};
 	unsigned epochs = 3, threads = 2, seed = 1;
 	int c, json = 0, failed = 0;
@@ -135,7 +138,7 @@ int main(int argc, char **argv)
 	const char *statsfile;
 
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "hV", lo, NULL)) != -1) {
 		int bad = 0;
 		switch (c) {
 		case 'e': bad = options_parse_uint(optarg, 1, 100000, &epochs); break;
@@ -143,6 +146,7 @@ int main(int argc, char **argv)
 		case 's': bad = options_parse_uint(optarg, 0, 4000000000u, &seed); break;
 		case 'j': json = 1; break;
 		case 'h': usage(stdout); return 0;
+		case 'V': printf("epochfs-bench %s\n", EPOCHFS_VERSION); return 0;
 		default:
 			fprintf(stderr, "epochfs-bench: error: %s: unknown option or missing value (see --help)\n",
 				argv[optind - 1]);

@@ -28,6 +28,7 @@
 
 #include "options.h"
 #include "rng.h"
+#include "version.h"
 
 struct gen {
 	const char *dir;
@@ -190,7 +191,8 @@ static void usage(FILE *f)
 		"  --classes C   number of class directories (default 100)\n"
 		"  --seed S      seed (default 1)\n"
 		"  --shards K    also write K large files DIR/shards/shard-NNNN.bin (64-512 MB)\n"
-		"  --threads T   worker threads (default: number of CPUs)\n");
+		"  --threads T   worker threads (default: number of CPUs)\n"
+		"  -V, --version print the version\n");
 }
 
 int main(int argc, char **argv)
@@ -199,7 +201,7 @@ int main(int argc, char **argv)
 		{ "files", required_argument, NULL, 'n' }, { "classes", required_argument, NULL, 'c' },
 		{ "seed", required_argument, NULL, 's' },  { "shards", required_argument, NULL, 'k' },
 		{ "threads", required_argument, NULL, 't' }, { "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		{ "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 },
 	};
 	struct gen g = { .classes = 100, .seed = 1 };
 	unsigned threads = (unsigned)sysconf(_SC_NPROCESSORS_ONLN), seed = 1;
@@ -209,7 +211,7 @@ int main(int argc, char **argv)
 	char path[4096];
 
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "hV", lo, NULL)) != -1) {
 		int bad = 0;
 		switch (c) {
 		case 'n': bad = options_parse_uint(optarg, 1, 100000000, &g.files); have_files = 1; break;
@@ -218,6 +220,7 @@ int main(int argc, char **argv)
 		case 'k': bad = options_parse_uint(optarg, 0, 1000, &g.shards); break;
 		case 't': bad = options_parse_uint(optarg, 1, 256, &threads); break;
 		case 'h': usage(stdout); return 0;
+		case 'V': printf("epochfs-gen %s\n", EPOCHFS_VERSION); return 0;
 		default:
 			fprintf(stderr, "epochfs-gen: error: %s: unknown option or missing value (see --help)\n",
 				argv[optind - 1]);

@@ -24,8 +24,8 @@
 #include "log.h"
 #include "manifest.h"
 #include "options.h"
+#include "version.h"
 
-#define VERSION "0.1.0"
 
 static void usage(FILE *f)
 {
@@ -282,7 +282,7 @@ int main(int argc, char **argv)
 		case OPT_LIST: list_file = optarg; break;
 		case OPT_CHECK: check_file = optarg; break;
 		case 'h': usage(stdout); return 0;
-		case 'V': printf("epochfs-manifest %s\n", VERSION); return 0;
+		case 'V': printf("epochfs-manifest %s\n", EPOCHFS_VERSION); return 0;
 		default:
 			log_error("%s: unknown option or missing value (see --help)", argv[optind - 1]);
 			return 2;

@@ -38,6 +38,7 @@ int mstats_parse(const char *text, struct mstats *s)
 	const char *p = skip_ws(text);
 
 	s->n = 0;
+	s->nt = 0;
 	if (*p++ != '{')
 		return -EBADMSG;
 	p = skip_ws(p);
@@ -53,12 +54,34 @@ int mstats_parse(const char *text, struct mstats *s)
 		len = (size_t)(q - p);
 		if (len == 0 || len >= MSTATS_NAME || s->n == MSTATS_MAX)
 			return -EBADMSG;
-		memcpy(s->name[s->n], p, len);
-		s->name[s->n][len] = '\0';
+		const char *key = p;
 		p = skip_ws(q + 1);
 		if (*p++ != ':')
 			return -EBADMSG;
 		p = skip_ws(p);
+		if (*p == '"') {
+			/* A plain string: no escapes, no control characters. */
+			size_t tl = strcspn(p + 1, "\"\\");
+			if (p[1 + tl] != '"' || tl >= MSTATS_TEXT || s->nt == MSTATS_TEXTS)
+				return -EBADMSG;
+			for (size_t i = 0; i < tl; i++)
+				if ((unsigned char)p[1 + i] < 0x20)
+					return -EBADMSG;
+			memcpy(s->tname[s->nt], key, len);
+			s->tname[s->nt][len] = '\0';
+			memcpy(s->text[s->nt], p + 1, tl);
+			s->text[s->nt][tl] = '\0';
+			s->nt++;
+			p = skip_ws(p + tl + 2);
+			if (*p == '}')
+				return 0;
+			if (*p++ != ',')
+				return -EBADMSG;
+			p = skip_ws(p);
+			continue;
+		}
+		memcpy(s->name[s->n], key, len);
+		s->name[s->n][len] = '\0';
 		errno = 0;
 		s->val[s->n] = strtod(p, &end);
 		if (end == p || errno)
@@ -75,7 +98,7 @@ int mstats_parse(const char *text, struct mstats *s)
 
 int mstats_read(const char *file, struct mstats *s)
 {
-	char buf[16384];
+	char buf[65536];
 	size_t used = 0;
 	ssize_t n;
 	int fd = open(file, O_RDONLY | O_CLOEXEC);
@@ -98,4 +121,12 @@ double mstats_get(const struct mstats *s, const char *key, double dflt)
 		if (!strcmp(s->name[i], key))
 			return s->val[i];
 	return dflt;
+}
+
+const char *mstats_text(const struct mstats *s, const char *key)
+{
+	for (int i = 0; i < s->nt; i++)
+		if (!strcmp(s->tname[i], key))
+			return s->text[i];
+	return NULL;
 }

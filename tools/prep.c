@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "spec.h"
+#include "version.h"
 
 static void usage(FILE *f)
 {
@@ -43,7 +44,8 @@ static void usage(FILE *f)
 		"  --layout L        nchw (default) or nhwc\n"
 		"  --dtype T         uint8 (default) or float32 (normalized with --mean/--std)\n"
 		"  --mean R,G,B      float32 only (default 0.485,0.456,0.406)\n"
-		"  --std R,G,B       float32 only (default 0.229,0.224,0.225)\n");
+		"  --std R,G,B       float32 only (default 0.229,0.224,0.225)\n"
+		"  -V, --version     print the version\n");
 }
 
 static int slurp(const char *path, char *buf, size_t len)
@@ -72,14 +74,14 @@ int main(int argc, char **argv)
 		{ "layout", required_argument, NULL, 'l' }, { "dtype", required_argument, NULL, 't' },
 		{ "mean", required_argument, NULL, 'm' },  { "std", required_argument, NULL, 'D' },
 		{ "remove", no_argument, NULL, 'R' },      { "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		{ "version", no_argument, NULL, 'V' },  { NULL, 0, NULL, 0 },
 	};
 	char text[SPEC_MAX_BYTES], err[300], path[PATH_MAX], back[SPEC_MAX_BYTES + 1];
 	size_t used = 0;
 	int c, remove = 0;
 
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "hV", lo, NULL)) != -1) {
 		const char *key = NULL;
 		for (const struct option *o = lo; o->name; o++)
 			if (o->val == c)
@@ -87,6 +89,9 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 'h':
 			usage(stdout);
+			return 0;
+		case 'V':
+			printf("epochfs-prep %s\n", EPOCHFS_VERSION);
 			return 0;
 		case 'R':
 			remove = 1;

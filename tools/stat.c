@@ -39,6 +39,7 @@
 
 #include "mstats.h"
 #include "options.h"
+#include "version.h"
 
 struct snap {
 	struct mstats m;
@@ -84,7 +85,8 @@ static void usage(FILE *f)
 		"the kernel's page cache never reach the daemon and are not counted.\n"
 		"  --interval SEC  seconds between lines (default 1; fractions allowed)\n"
 		"  --count N       stop after N lines (default: until interrupted)\n"
-		"  --json          one JSON object per line instead of the table\n");
+		"  --json          one JSON object per line instead of the table\n"
+		"  -V, --version   print the version\n");
 }
 
 /* The growth of counter K from A to B (A NULL: since the mount). */
@@ -117,12 +119,15 @@ static void line(const struct snap *a, const struct snap *b, int json, int cols)
 	if (dt <= 0)
 		dt = 1e-9;
 	if (json) {
-		char hs[32] = "null", ws[32] = "null";
+		char hs[32] = "null", ws[32] = "null", vs[MSTATS_TEXT + 2] = "null";
+		const char *ver = mstats_text(&b->m, "version");
+		if (ver)
+			snprintf(vs, sizeof(vs), "\"%s\"", ver);
 		if (!isnan(hit))
 			snprintf(hs, sizeof(hs), "%.4f", hit);
 		if (!isnan(wait))
 			snprintf(ws, sizeof(ws), "%.4f", wait);
-		printf("{\"since_mount\": %s, \"seconds\": %.3f, \"read_mb_s\": %.3f, "
+		printf("{\"since_mount\": %s, \"daemon_version\": %s, \"seconds\": %.3f, \"read_mb_s\": %.3f, "
 		       "\"reads_per_s\": %.1f, \"hit_ratio\": %s, \"storage_mb_s\": %.3f, "
 		       "\"cache_used_bytes\": %.0f, \"cache_capacity_bytes\": %.0f, "
 		       "\"cache_items\": %.0f, \"read_errors\": %.0f, \"cache_corrupt\": %.0f, "
@@ -135,7 +140,7 @@ static void line(const struct snap *a, const struct snap *b, int json, int cols)
 		       "\"tier_mb_s\": %.3f, \"tier_used_bytes\": %.0f, \"tier_capacity_bytes\": %.0f, "
 		       "\"tier_items\": %.0f, \"ram_adopted\": %.0f, \"ram_dropped_at_mount\": %.0f, "
 		       "\"tier_adopted\": %.0f, \"tier_dropped_at_mount\": %.0f}\n",
-		       a ? "false" : "true", dt, rb / 1e6 / dt, rd / dt, hs, sb / 1e6 / dt, used, cap,
+		       a ? "false" : "true", vs, dt, rb / 1e6 / dt, rd / dt, hs, sb / 1e6 / dt, used, cap,
 		       get(b, "cache_items"), err, bad, nodes, up, pin / 1e6 / dt, pout / 1e6 / dt, perr,
 		       img / dt, cpu / dt, streams, pfb / 1e6 / dt, pfh / dt, pfl / dt, pfw / 1e6 / dt,
 		       staged, ws, rb > 0 ? tb / rb : 0, tb / 1e6 / dt, tused, tcap, get(b, "tier_items"),
@@ -210,6 +215,7 @@ int main(int argc, char **argv)
 	static const struct option lo[] = {
 		{ "interval", required_argument, NULL, 'i' }, { "count", required_argument, NULL, 'c' },
 		{ "json", no_argument, NULL, 'j' },           { "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	double interval = 1;
@@ -219,7 +225,7 @@ int main(int argc, char **argv)
 	struct snap prev, cur;
 
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "hV", lo, NULL)) != -1) {
 		char *end;
 		switch (c) {
 		case 'i':
@@ -240,6 +246,7 @@ int main(int argc, char **argv)
 			break;
 		case 'j': json = 1; break;
 		case 'h': usage(stdout); return 0;
+		case 'V': printf("epochfs-stat %s\n", EPOCHFS_VERSION); return 0;
 		default:
 			fprintf(stderr, "epochfs-stat: error: %s: unknown option or missing value "
 				"(see --help)\n", argv[optind - 1]);

@@ -31,10 +31,8 @@
 #include <unistd.h>
 
 #include "mstats.h"
+#include "version.h"
 
-#ifndef EPOCHFS_VERSION
-#define EPOCHFS_VERSION "0.1.0"
-#endif
 
 struct list {
 	char **v;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core_int.h"
+#include "version.h"
 
 int core_render(void *arg, enum control_file f, char *buf, size_t len)
 {
@@ -31,6 +32,9 @@ int core_samples(struct core *c, struct sample *out, int max)
 	if (n < max) out[n++] = (struct sample){ .name = nm, .help = hp, .kind = SAMPLE_GAUGE, .u = (val) }
 #define COUNTER(nm, hp, val) \
 	if (n < max) out[n++] = (struct sample){ .name = nm, .help = hp, .kind = SAMPLE_COUNTER, .u = (val) }
+	if (n < max)
+		out[n++] = (struct sample){ .name = "version", .help = "Release of the daemon serving this mount",
+					    .kind = SAMPLE_INFO, .text = EPOCHFS_VERSION };
 	GAUGE("daemon_pid", "Process ID of the daemon serving this mount", (uint64_t)getpid());
 	GAUGE("files", "Regular files in the index", t.files);
 	GAUGE("dirs", "Directories in the index", t.dirs);

@@ -87,7 +87,9 @@ static void put(struct out *o, const char *fmt, ...)
 
 static void put_value(struct out *o, const struct sample *v)
 {
-	if (v->is_float)
+	if (v->kind == SAMPLE_INFO)
+		put(o, "\"%s\"", v->text ? v->text : "");
+	else if (v->is_float)
 		put(o, "%.3f", v->d);
 	else
 		put(o, "%llu", (unsigned long long)v->u);
@@ -111,6 +113,12 @@ int stats_render_prom(const struct sample *v, int n, char *buf, size_t len)
 	struct out o = { buf, len, 0, len == 0 };
 
 	for (int i = 0; i < n; i++) {
+		if (v[i].kind == SAMPLE_INFO) {
+			put(&o, "# HELP epochfs_%s_info %s\n", v[i].name, v[i].help);
+			put(&o, "# TYPE epochfs_%s_info gauge\n", v[i].name);
+			put(&o, "epochfs_%s_info{%s=\"%s\"} 1\n", v[i].name, v[i].name, v[i].text ? v[i].text : "");
+			continue;
+		}
 		const char *sfx = v[i].kind == SAMPLE_COUNTER ? "_total" : "";
 		put(&o, "# HELP epochfs_%s%s %s\n", v[i].name, sfx, v[i].help);
 		put(&o, "# TYPE epochfs_%s%s %s\n", v[i].name, sfx,

@@ -43,7 +43,10 @@ static inline void stats_add(struct stats *s, enum stat_id id, uint64_t n)
 uint64_t stats_get(const struct stats *s, enum stat_id id);
 double stats_uptime(const struct stats *s);
 
-enum sample_kind { SAMPLE_COUNTER, SAMPLE_GAUGE };
+/* SAMPLE_INFO is a string (TEXT, no '"', '\\' or control characters), not a
+ * number: JSON "NAME": "TEXT", Prometheus epochfs_NAME_info{NAME="TEXT"} 1
+ * (the usual shape of an info metric). */
+enum sample_kind { SAMPLE_COUNTER, SAMPLE_GAUGE, SAMPLE_INFO };
 
 struct sample {
 	const char *name;       /* JSON key; Prometheus name is epochfs_NAME[_total] */
@@ -52,6 +55,7 @@ struct sample {
 	int is_float;
 	uint64_t u;
 	double d;
+	const char *text;      /* SAMPLE_INFO only */
 };
 
 /* Appends the counters of S to OUT (room for at most MAX); returns how many. */

@@ -23,7 +23,7 @@ expect_err "nomnt: No such file" "$T/src" "$T/nomnt"
 expect_err "unknown option" --bogus "$T/src" "$T/mnt"
 expect_err "expected a number" --threads abc "$T/src" "$T/mnt"
 expect_err "expected seconds" --timeout -3 "$T/src" "$T/mnt"
-expect_err "unknown option" -f -o no_such_option "$T/src" "$T/mnt"
+expect_err "unknown mount option(s): no_such_option (see epochfs --help)" -f -o no_such_option "$T/src" "$T/mnt"
 expect_err "unexpected argument" "$T/src" "$T/mnt" extra
 expect_err "cannot open log file: No such file" --log "$T/no/such/log" "$T/src" "$T/mnt"
 out=$("$EPOCHFS" --log "$T/no/such/log" "$T/src" "$T/mnt" 2>&1)

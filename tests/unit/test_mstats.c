@@ -12,13 +12,18 @@ Test(mstats, reads_what_the_daemon_renders)
 		{ .name = "read_bytes", .kind = SAMPLE_COUNTER, .u = 9007199254740991ull },
 		{ .name = "cache_items", .kind = SAMPLE_GAUGE, .u = 0 },
 		{ .name = "uptime_s", .kind = SAMPLE_GAUGE, .is_float = 1, .d = 12.5 },
+		{ .name = "version", .kind = SAMPLE_INFO, .text = "1.2.3-rc1" },
 	};
 	char buf[512];
 	struct mstats m;
 
-	cr_assert_gt(stats_render_json(v, 3, buf, sizeof(buf)), 0);
+	cr_assert_gt(stats_render_json(v, 4, buf, sizeof(buf)), 0);
 	cr_assert_eq(mstats_parse(buf, &m), 0);
 	cr_expect_eq(m.n, 3);
+	cr_expect_eq(m.nt, 1);
+	cr_expect_str_eq(mstats_text(&m, "version"), "1.2.3-rc1");
+	cr_expect_null(mstats_text(&m, "read_bytes"));
+	cr_expect_eq(mstats_get(&m, "version", -3), -3);
 	cr_expect_eq(mstats_get(&m, "read_bytes", -1), 9007199254740991.0);
 	cr_expect_eq(mstats_get(&m, "cache_items", -1), 0);
 	cr_expect_eq(mstats_get(&m, "uptime_s", -1), 12.5);
@@ -31,7 +36,8 @@ Test(mstats, refuses_other_shapes)
 {
 	static const char *bad[] = {
 		"", "[]", "{", "{\"a\": }", "{\"a\" 1}", "{\"a\": 1,}", "{\"a\": 1", "{a: 1}",
-		"{\"a\": \"x\"}", "{\"\": 1}", "{\"a\": 1 \"b\": 2}",
+		"{\"a\": \"x}", "{\"a\": \"x\\\"y\"}", "{\"a\": \"x\" \"b\": 1}", "{\"a\": \"x\",}", "{\"\": 1}",
+		"{\"\": \"x\"}", "{\"a\": \"x\ty\"}", "{\"a\": 1 \"b\": 2}",
 		"{\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\": 1}",
 	};
 	struct mstats m;

@@ -19,14 +19,16 @@ Test(stats, counters_render_in_both_formats)
 	cr_assert_eq(n, STAT__COUNT);
 	v[n++] = (struct sample){ .name = "uptime_s", .help = "h", .kind = SAMPLE_GAUGE,
 				  .is_float = 1, .d = 1.5 };
+	v[n++] = (struct sample){ .name = "version", .help = "Release", .kind = SAMPLE_INFO, .text = "0.9.1" };
 	cr_assert_gt(stats_render_json(v, n, buf, sizeof(buf)), 0);
 	cr_expect(strstr(buf, "\"reads\": 3"));
 	cr_expect(strstr(buf, "\"read_bytes\": 12345"));
-	cr_expect(strstr(buf, "\"uptime_s\": 1.500}"));
+	cr_expect(strstr(buf, "\"uptime_s\": 1.500, \"version\": \"0.9.1\"}"));
 	cr_expect_eq(buf[0], '{');
 	cr_assert_gt(stats_render_prom(v, n, buf, sizeof(buf)), 0);
 	cr_expect(strstr(buf, "# TYPE epochfs_reads_total counter\nepochfs_reads_total 3\n"));
 	cr_expect(strstr(buf, "# TYPE epochfs_uptime_s gauge\nepochfs_uptime_s 1.500\n"));
+	cr_expect(strstr(buf, "# TYPE epochfs_version_info gauge\nepochfs_version_info{version=\"0.9.1\"} 1\n"));
 }
 
 Test(stats, too_small_buffer_is_enospc)
