@@ -48,8 +48,8 @@ LIBS = $(PKG_LIBS) -lpthread -lm
 #   fs/core/    the filesystem without FUSE: namespaces, read path, .epochfs/, .prep/, counters
 #   fs/store/   where names and bytes live: index, RAM cache, storage, manifest
 #   fs/cluster/ partitioned peers: ownership, peer lists, protocol, client, server
-#   fs/util/    the log, a sync waiter, the memory watch
-CORE_SRC := fs/util/log.c fs/util/memwatch.c fs/options.c \
+#   fs/util/    the log, a sync waiter, the memory watch, service notify, the version
+CORE_SRC := fs/util/log.c fs/util/memwatch.c fs/util/notify.c fs/options.c \
 	    fs/core/core.c fs/core/nodes.c fs/core/read.c fs/core/prefetch.c fs/core/pressure.c \
 	    fs/core/metrics.c fs/core/stats.c \
 	    fs/core/control.c fs/core/watch.c fs/core/prepdir.c fs/core/prepspec.c \
@@ -74,6 +74,7 @@ UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 DEPS_STAMP := $(BUILD)/.deps-ok
+TEST_DEPS_STAMP := $(BUILD)/.test-deps-ok
 
 all: $(DAEMON) $(TOOLS) $(BUILD)/epochfs-run $(BUILD)/epochfs-analyze $(GPU_LIB) $(GPU_TOOLS)
 
@@ -84,13 +85,19 @@ $(BUILD)/epochfs-run $(BUILD)/epochfs-analyze: $(BUILD)/%: tools/%.sh | $(DEPS_S
 	$(Q)mkdir -p $(@D)
 	$(Q)sed 's|@PYTHONDIR@|$(CURDIR)/python|' $< > $@ && chmod +x $@
 
+# Two sets of packages (tools/install-deps.sh): what building needs (a
+# container image builds with these alone), and what the tests add.
 $(DEPS_STAMP): tools/install-deps.sh
-	$(Q)pkg-config --exists $(PKGS) criterion libsodium && command -v fio >/dev/null \
-	   && command -v fusermount3 >/dev/null && command -v pgrep >/dev/null && command -v clang >/dev/null \
-	   && command -v ip >/dev/null && command -v nsenter >/dev/null && command -v nft >/dev/null \
-	   && /usr/bin/python3 -c 'import torchvision' 2>/dev/null \
-	   || bash tools/install-deps.sh
+	$(Q)pkg-config --exists $(PKGS) && command -v fusermount3 >/dev/null || bash tools/install-deps.sh build
 	$(Q)mkdir -p $(@D) && touch $@
+
+$(TEST_DEPS_STAMP): tools/install-deps.sh | $(DEPS_STAMP)
+	$(Q)pkg-config --exists criterion && command -v fio >/dev/null \
+	   && command -v pgrep >/dev/null && command -v clang >/dev/null \
+	   && command -v ip >/dev/null && command -v nsenter >/dev/null && command -v nft >/dev/null \
+	   && /usr/bin/python3 -c 'import torchvision, ensurepip, yaml' 2>/dev/null \
+	   || bash tools/install-deps.sh test
+	$(Q)touch $@
 
 $(BUILD)/%.o: %.c | $(DEPS_STAMP)
 	$(call say,CC,$<)
@@ -118,6 +125,8 @@ $(DAEMON): $(BUILD)/fs/main.o $(BUILD)/fs/ops.o $(CORE_LIB)
 $(BUILD)/epochfs-%: $(BUILD)/tools/%.o $(TOOL_OBJ) $(CORE_LIB)
 	$(call say,LINK,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+$(UNIT_BIN:$(BUILD)/tests/%=$(BUILD)/tests/unit/%.o): | $(TEST_DEPS_STAMP)
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(TOOL_OBJ) $(CORE_LIB)
 	$(call say,LINK,$@)
@@ -205,7 +214,7 @@ FUZZ_LIBS_proto := -lsodium
 CORPUS := $(BUILD)/fuzz-corpus
 
 .SECONDEXPANSION:
-$(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $$(FUZZ_SRC_$$*) $$(patsubst %.c,%.h,$$(FUZZ_SRC_$$*)) | $(DEPS_STAMP)
+$(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $$(FUZZ_SRC_$$*) $$(patsubst %.c,%.h,$$(FUZZ_SRC_$$*)) | $(TEST_DEPS_STAMP)
 	$(call say,FUZZ,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(FUZZ_CC) -o $@ $(filter %.c,$^) $(FUZZ_LIBS_$*) -lm
@@ -244,11 +253,11 @@ unit: $(UNIT_BIN)
 		if grep -qE 'ERROR: (Leak|Address)Sanitizer|runtime error:' $(BUILD)/unit.log; then \
 			echo "$$t: sanitizer report above"; exit 1; fi; done
 
-integration: all $(TEST_HELPERS) $(DEPS_STAMP)
+integration: all $(TEST_HELPERS) $(TEST_DEPS_STAMP)
 	$(Q)BUILD=$(BUILD) bash tests/integration/run.sh
 
 # The Python package's unit tests (the analyzer's model, options, step timer).
-pyunit: $(DEPS_STAMP)
+pyunit: $(TEST_DEPS_STAMP)
 	$(Q)PYTHONPATH=$(CURDIR)/python /usr/bin/python3 -m unittest discover -s tests/python -t tests/python
 
 # The GPU path (tests/cuda/run.sh): built with CUDA=1 into build-cuda/ when
@@ -261,7 +270,7 @@ test: unit cuda-test pyunit fuzz-smoke integration
 demo: all
 	$(Q)BUILD=$(BUILD) bash tools/demo.sh
 
-bench: all
+bench: all $(TEST_DEPS_STAMP)
 	$(Q)BUILD=$(BUILD) bash tools/bench/run.sh
 
 # Installation, by the GNU conventions: make install PREFIX=/usr DESTDIR=...
@@ -270,13 +279,19 @@ bench: all
 # link it, or rely on fuse3's mount.fuse3, which finds /usr/local/bin/epochfs
 # on its default PATH), the Python package to
 # PYTHONDIR (epochfs-run and epochfs-analyze point there), man pages made
-# from each command's --help to MANDIR.
+# from each command's --help to MANDIR, the systemd unit epochfs@.service to
+# SYSTEMDUNITDIR (systemd reads /usr/local/lib/systemd/system too); its
+# per-mount settings are read from SYSCONFDIR/epochfs/ (/etc, not
+# PREFIX/etc: a service's configuration lives there whatever the prefix).
+# pip users install the Python package alone: pip install ./python.
 PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
 SBINDIR ?= $(PREFIX)/sbin
 DATADIR ?= $(PREFIX)/share
 MANDIR ?= $(DATADIR)/man
 PYTHONDIR ?= $(PREFIX)/lib/epochfs/python
+SYSCONFDIR ?= /etc
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 INSTALL ?= install
 INSTALL_BINS := epochfs epochfs-gen epochfs-bench epochfs-stat epochfs-prep epochfs-manifest epochfs-warmup
 MAN1 := epochfs-gen:"a synthetic ImageNet-like JPEG dataset" \
@@ -292,12 +307,15 @@ MAN1_NAMES := epochfs-gen epochfs-bench epochfs-stat epochfs-prep epochfs-manife
 	      epochfs-analyze
 
 install: all
-	$(Q)$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(PYTHONDIR)
+	$(Q)$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 \
+		$(DESTDIR)$(PYTHONDIR) $(DESTDIR)$(SYSTEMDUNITDIR)
 	$(Q)for b in $(INSTALL_BINS); do $(INSTALL) -m 755 $(BUILD)/$$b $(DESTDIR)$(BINDIR)/$$b || exit 1; done
 	$(Q)$(INSTALL) -m 755 tools/mount.fuse.epochfs $(DESTDIR)$(SBINDIR)/mount.fuse.epochfs
 	$(Q)for b in epochfs-run epochfs-analyze; do \
 		sed 's|@PYTHONDIR@|$(PYTHONDIR)|' tools/$$b.sh > $(DESTDIR)$(BINDIR)/$$b && chmod 755 $(DESTDIR)$(BINDIR)/$$b || exit 1; done
-	$(Q)cp -R python/epochfs $(DESTDIR)$(PYTHONDIR)/ && find $(DESTDIR)$(PYTHONDIR) -name __pycache__ -prune -exec rm -rf {} +
+	$(Q)sed 's|@BINDIR@|$(BINDIR)|g; s|@SYSCONFDIR@|$(SYSCONFDIR)|g' tools/systemd/epochfs@.service \
+		> $(DESTDIR)$(SYSTEMDUNITDIR)/epochfs@.service && chmod 644 $(DESTDIR)$(SYSTEMDUNITDIR)/epochfs@.service
+	$(Q)cp -R python/epochfs python/epochfs_prep.py $(DESTDIR)$(PYTHONDIR)/ && find $(DESTDIR)$(PYTHONDIR) -name __pycache__ -prune -exec rm -rf {} +
 	$(Q)sh tools/mkman.sh $(BUILD)/epochfs 8 "a FUSE filesystem for deep-learning datasets" > $(DESTDIR)$(MANDIR)/man8/epochfs.8
 	$(Q)for m in $(MAN1); do n=$${m%%:*}; d=$${m#*:}; d=$${d#\"}; d=$${d%\"}; \
 		sh tools/mkman.sh $(BUILD)/$$n 1 "$$d" > $(DESTDIR)$(MANDIR)/man1/$$n.1 || exit 1; done
@@ -305,7 +323,7 @@ install: all
 
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(INSTALL_BINS) epochfs-run epochfs-analyze)
-	rm -f $(DESTDIR)$(SBINDIR)/mount.fuse.epochfs
+	rm -f $(DESTDIR)$(SBINDIR)/mount.fuse.epochfs $(DESTDIR)$(SYSTEMDUNITDIR)/epochfs@.service
 	rm -f $(DESTDIR)$(MANDIR)/man8/epochfs.8 $(foreach n,$(MAN1_NAMES),$(DESTDIR)$(MANDIR)/man1/$(n).1)
 	rm -rf $(DESTDIR)$(PYTHONDIR)
 	-rmdir $(DESTDIR)$(PREFIX)/lib/epochfs 2>/dev/null

@@ -7,11 +7,16 @@
  * unmount or SIGINT/SIGTERM, 1 on any error, 2 on a usage error.
  */
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cluster.h"
@@ -52,6 +57,62 @@ static int check_dir(const char *what, const char *path)
 		log_error("%s: not a directory (%s)", path, what);
 		return -1;
 	}
+	return 0;
+}
+
+/* A daemon that died (kill -9, OOM) leaves its mount behind, dead: every
+ * access fails with ENOTCONN until someone unmounts it, so a restart (by
+ * systemd, by mount -a) would fail on it. If MOUNTPOINT is exactly such a
+ * dead fuse.epochfs mount, it is detached (as root, else by fusermount3 -uz)
+ * with one line saying so. Nothing else is touched: a live mount answers
+ * statfs, and a dead mount of another file system is left to its owner.
+ * (statfs, not stat: the kernel may answer stat of the root from its
+ * attribute cache long after the daemon died; statfs always asks it.)
+ * 0 (nothing to do, or done), -1 (logged). */
+static int clear_dead_mount(const char *mountpoint)
+{
+	char dir[PATH_MAX], abs[PATH_MAX + 256], type[64];
+	const char *base;
+	struct statfs sf;
+
+	if (statfs(mountpoint, &sf) == 0 || errno != ENOTCONN)
+		return 0;
+	snprintf(dir, sizeof(dir), "%s", mountpoint);
+	for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/'; n--)
+		dir[n - 1] = '\0';
+	char *slash = strrchr(dir, '/');
+	if (!slash) {
+		base = dir;
+		if (!getcwd(abs, PATH_MAX))
+			return 0;
+		size_t l = strlen(abs);
+		snprintf(abs + l, sizeof(abs) - l, "%s%s", abs[l - 1] == '/' ? "" : "/", base);
+	} else {
+		*slash = '\0';
+		base = slash + 1;
+		char *parent = realpath(dir[0] ? dir : "/", NULL);
+		if (!parent)
+			return 0;
+		snprintf(abs, sizeof(abs), "%s%s%s", parent, strcmp(parent, "/") ? "/" : "", base);
+		free(parent);
+	}
+	if (path_mount_type("/proc/self/mountinfo", abs, type, sizeof(type)) != 1 ||
+	    strcmp(type, "fuse.epochfs"))
+		return 0;           /* check_dir says what is wrong */
+	if (umount2(abs, MNT_DETACH) < 0) {
+		int err = errno;
+		char a0[] = "fusermount3", a1[] = "-u", a2[] = "-z";
+		char *argv[] = { a0, a1, a2, abs, NULL };
+		pid_t pid;
+		int st = 0;
+		if (err != EPERM || posix_spawnp(&pid, "fusermount3", NULL, NULL, argv, environ) ||
+		    waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) {
+			log_error("%s: a dead epochfs mount is there (its daemon died) and cannot be "
+				  "unmounted: %s; run fusermount3 -uz %s", abs, strerror(err), abs);
+			return -1;
+		}
+	}
+	log_warn("%s: a dead epochfs mount was there (its daemon died); unmounted it", abs);
 	return 0;
 }
 
@@ -200,6 +261,8 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	log_init("epochfs", o.debug);
+	if (clear_dead_mount(o.mountpoint))
+		return 1;
 	if (check_dir("SOURCE", o.source) || check_dir("MOUNTPOINT", o.mountpoint))
 		return 1;
 	if (check_overlap(o.source, o.mountpoint))

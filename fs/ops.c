@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "notify.h"
 #include "ops.h"
 
 /* A change the kernel must hear of (struct notifier). */
@@ -138,6 +139,12 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 		s->cfg.handle_open = 1;
 	}
 	conn->time_gran = 1;
+	/* The kernel's first request, answered when this returns: from here on
+	 * the mount serves, which is what a Type=notify unit waits for. */
+	int err = notify_sendf("READY=1\nSTATUS=serving %s", s->cfg.mountpoint);
+	if (err < 0)
+		log_warn("NOTIFY_SOCKET: cannot tell the service manager the mount is ready: %s",
+			 strerror(-err));
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -811,6 +818,7 @@ int ops_session_run(struct ops_session *s, struct core *c)
 	if (lc)
 		fuse_loop_cfg_destroy(lc);
 	core_set_change_cb(c, NULL, NULL);
+	notify_send("STOPPING=1\nSTATUS=unmounting");
 	notifier_stop(s);
 	fuse_session_unmount(s->se);
 	fuse_remove_signal_handlers(s->se);

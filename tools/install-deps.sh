@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
-# Installs the Debian packages epochfs needs to build and test, and only those
-# that are missing. Called by make when a pkg-config check fails; safe to run
-# by hand. Where it cannot install (not root, no apt-get) it prints the command
-# to run instead and exits non-zero.
+# Installs the Debian packages epochfs needs, and only those that are
+# missing:
+#   install-deps.sh build   what building the daemon and tools needs (the
+#                           container image, deploy/Dockerfile, uses this set)
+#   install-deps.sh test    the above, and what `make test` adds
+#   install-deps.sh         the same as test
+# Called by make when a check fails; safe to run by hand. Where it cannot
+# install (not root, no apt-get) it prints the command to run instead and
+# exits non-zero.
 set -eu
 
-pkgs="build-essential pkg-config libfuse3-dev fuse3 liburing-dev libxxhash-dev
-      libturbojpeg0-dev libjpeg62-turbo-dev libcriterion-dev libsodium-dev fio python3 procps
-      clang libclang-rt-14-dev iproute2 util-linux nftables
-      python3-torchvision python3-numpy python3-pil"
+build="build-essential pkg-config libfuse3-dev fuse3 liburing-dev libxxhash-dev
+       libturbojpeg0-dev libjpeg62-turbo-dev libsodium-dev python3"
+test="libcriterion-dev fio procps clang libclang-rt-14-dev iproute2 util-linux nftables
+      python3-torchvision python3-numpy python3-pil python3-venv python3-yaml"
+case ${1:-test} in
+build) pkgs=$build ;;
+test) pkgs="$build $test" ;;
+*) echo "usage: install-deps.sh [build|test]" >&2; exit 2 ;;
+esac
 [ "${EPOCHFS_DEPS_EXTRA:-}" ] && pkgs="$pkgs $EPOCHFS_DEPS_EXTRA"
 
 missing=""

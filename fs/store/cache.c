@@ -490,10 +490,11 @@ void cache_loaded(struct cache *c, struct cache_ref *ref, int ok)
 
 	if (ok) {
 		it->xxh = XXH3_64bits(it->data, it->len);
-		__atomic_add_fetch(&c->ready, 1, __ATOMIC_RELAXED);
 		if (c->ph.ready)
 			c->ph.ready(c->ph.arg, (uint32_t)(it->key >> 32), (uint32_t)it->key, &it->v,
 				    (uint64_t)(it->data - c->arena), it->len, it->xxh);
+		/* Counted once recorded: an item in cache_items survives a kill -9. */
+		__atomic_add_fetch(&c->ready, 1, __ATOMIC_RELAXED);
 	}
 	finish(c, it, ok ? ST_READY : ST_DEAD);
 }

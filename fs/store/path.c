@@ -122,3 +122,32 @@ int path_epochfs_origin(const char *mountinfo, const char *p, char *out, size_t 
 		snprintf(out, len, "/");
 	return 1;
 }
+
+int path_mount_type(const char *mountinfo, const char *p, char *type, size_t len)
+{
+	FILE *f = fopen(mountinfo, "re");
+	char *line = NULL;
+	size_t cap = 0;
+	int found = 0;
+
+	if (!f)
+		return -errno;
+	while (getline(&line, &cap, f) > 0) {
+		char *dash = strstr(line, " - ");
+		if (!dash)
+			continue;
+		*dash = '\0';
+		char *save = NULL, *mnt = field(line, 4), *t = strtok_r(dash + 3, " \n", &save);
+		if (!mnt || !t)
+			continue;
+		unescape(mnt);
+		if (strcmp(mnt, p))
+			continue;
+		/* Of several mounts on one point, the last listed is on top. */
+		snprintf(type, len, "%s", t);
+		found = 1;
+	}
+	free(line);
+	fclose(f);
+	return found;
+}

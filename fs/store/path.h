@@ -33,4 +33,9 @@ int path_overlap(const char *a, const char *b);
  * at a real directory. */
 int path_epochfs_origin(const char *mountinfo, const char *p, char *out, size_t len);
 
+/* If absolute path P is itself a mount point (per MOUNTINFO), writes the
+ * file system type of the mount on top there ("fuse.epochfs", ...) into
+ * TYPE and returns 1; 0 when P is not a mount point; -errno. */
+int path_mount_type(const char *mountinfo, const char *p, char *type, size_t len);
+
 #endif

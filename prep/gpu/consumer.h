@@ -2,7 +2,7 @@
  * tensors on the device out, normalized there.
  *
  * A job that reads a shared prep group (docs/prep.md) still turns every
- * uint8 batch into float32 on its CPU (tools/epochfs_prep.py's
+ * uint8 batch into float32 on its CPU (python/epochfs/prep.py's
  * torch_batches: 4 ms for 64 images of 224 x 224) and copies it to the GPU
  * from pageable memory. The consumer instead reads each batch file into a
  * pinned host buffer, copies it to the device asynchronously (a quarter of
@@ -49,7 +49,7 @@ extern "C" {
 #endif
 
 /* gpucons_opts.mode: NORM_SCALE for a uint8 batch, NORM_NONE for a float32
- * one (normalized when it was made): what epochfs_prep.torch_batches gives. */
+ * one (normalized when it was made): what epochfs.prep.torch_batches gives. */
 #define GPUCONS_AUTO 3u
 
 #define GPUCONS_DEPTH_DEFAULT 3u

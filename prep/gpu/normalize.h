@@ -9,7 +9,7 @@
  *   NORM_NONE    the stored value, bit for bit (uint8 stays uint8, float32
  *                stays float32): a layout change at most.
  *   NORM_SCALE   uint8 x -> (float)x / 255.0f: ToTensor, and what
- *                tools/epochfs_prep.py's torch_batches() gives for a uint8
+ *                python/epochfs/prep.py's torch_batches() gives for a uint8
  *                group (numpy's float32 divide), bit for bit.
  *   NORM_AFFINE  uint8 x -> (float)x * mul[c] + add[c], two roundings (a
  *                multiply, then an add; never a fused multiply-add), with

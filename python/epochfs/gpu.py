@@ -1,7 +1,7 @@
 """The GPU path of coordinated prep: batches normalized on the GPU, and a
 probe of how fast this machine's GPU takes a job's batches in.
 
-A job reading a shared prep group (docs/prep.md) with tools/epochfs_prep.py's
+A job reading a shared prep group (docs/prep.md) with epochfs.prep's
 torch_batches() turns every uint8 batch into float32 on its CPU, then copies
 four times the bytes to the GPU from pageable memory. torch_batches() here
 reads the same batch files into pinned memory, copies the uint8 bytes
@@ -13,7 +13,7 @@ without a copy (DLPack). Switching is one line:
         for images, labels in gpu.torch_batches("/mnt/imagenet", "search1", epoch):
             ...   # images: float32 [N, 3, 224, 224] on the GPU; labels: int64 [N], CPU
 
-With the default arguments the images are what epochfs_prep.torch_batches()
+With the default arguments the images are what epochfs.prep.torch_batches()
 gives (x / 255, bit for bit), on the GPU; with mean= and std= they are what a
 float32 group with that mean and std holds, bit for bit.
 
@@ -303,11 +303,11 @@ class GpuBatches:
     and the conversion run on a stream of the library's own, and the
     images come as a torch tensor on DEVICE (default: torch's current
     device) that the current stream may use at once. Labels are int64 on
-    the CPU, as epochfs_prep.torch_batches() gives them.
+    the CPU, as epochfs.prep.torch_batches() gives them.
 
     The images, per the group's dtype and the arguments:
       uint8 group, default       float32 x / 255 (ToTensor), bit for bit
-                                 what epochfs_prep.torch_batches() gives
+                                 what epochfs.prep.torch_batches() gives
       uint8 group, mean and std  float32, bit for bit what a float32 group
                                  with this mean and std holds
       float32 group              as stored (mean/std refused: it was
@@ -396,7 +396,7 @@ class GpuBatches:
 def torch_batches(mount, name, epoch, reuse=True, mean=None, std=None, layout="nchw", device=None, depth=3,
                   raw=False):
     """(images, labels) for every batch of EPOCH of group NAME on MOUNT, in
-    order: epochfs_prep.torch_batches() with the images converted on the
+    order: epochfs.prep.torch_batches() with the images converted on the
     GPU (GpuBatches says what they hold). REUSE is accepted for the same
     call to work: buffers here are reused only once their tensor is gone,
     so a tensor kept stays valid either way."""

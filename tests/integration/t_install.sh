@@ -15,7 +15,7 @@ trap 'rm -f "$HELPER"; for m in "$T/m1" "$T/m2"; do mountpoint -q "$m" && umount
 	fail "make install: $(tail -5 "$T/install.out")"
 for f in bin/epochfs bin/epochfs-stat bin/epochfs-warmup bin/epochfs-run bin/epochfs-analyze \
 	sbin/mount.fuse.epochfs share/man/man8/epochfs.8 share/man/man1/epochfs-warmup.1 \
-	lib/epochfs/python/epochfs/__init__.py; do
+	lib/epochfs/python/epochfs/__init__.py lib/epochfs/python/epochfs_prep.py lib/systemd/system/epochfs@.service; do
 	[ -e "$R/usr/local/$f" ] || fail "not installed: $f"
 done
 ver=$("$R/usr/local/bin/epochfs" --version) || fail "epochfs --version"

@@ -65,8 +65,8 @@ mount_ep "$T/src" "$m" --prep-mem $((3 * one)) --prep-timeout 2
 printf 'batch=16\nsize=32\njobs=3\nepochs=2\nseed=7\n' > "$m/.prep/g.spec" || fail "a second job declaring the same group"
 python3 - "$m" "$md5" <<'PY' || fail "bytes differ after a remount"
 import hashlib, os, sys
-sys.path.insert(0, os.path.join(os.environ["ROOT"], "tools"))
-import epochfs_prep as ep
+sys.path.insert(0, os.path.join(os.environ["ROOT"], "python"))
+import epochfs.prep as ep
 b = ep.read_batch(ep.batch_path(sys.argv[1], "g", 1, 3))
 assert "1 3 " + hashlib.md5(b.pixels).hexdigest() == " ".join(sys.argv[2].split()[:3]), sys.argv[2]
 PY

@@ -3,7 +3,7 @@
 Without libepochfs_gpu.so (no `make CUDA=1`): every entry point raises
 GpuUnavailable saying so. With it and no GPU: the probe and GpuBatches say
 "no CUDA device: ...". Through the library's host backend (device="cpu"),
-which needs no GPU: the same batches epochfs_prep.torch_batches() gives,
+which needs no GPU: the same batches epochfs.prep.torch_batches() gives,
 bit for bit; normalized ones equal to a float32 group's bytes; capsules and
 deleters; bad files named. On a GPU: the device's tensors equal the host
 backend's, and the probe returns its figures.
@@ -11,7 +11,6 @@ backend's, and the probe returns its figures.
 import gc
 import os
 import struct
-import sys
 import tempfile
 import unittest
 
@@ -162,11 +161,7 @@ class HostBackend(unittest.TestCase):
             write_batch(os.path.join(self.epoch, "batch-%06d" % i), px, lab, layout, index=i)
 
     def test_default_is_epochfs_prep_torch_batches_bit_for_bit(self):
-        sys.path.insert(0, os.path.join(ROOT, "tools"))
-        try:
-            import epochfs_prep as ep
-        finally:
-            sys.path.pop(0)
+        import epochfs.prep as ep
         self.write("u8-nchw")
         cpu = [(x.clone(), y) for x, y in ep.torch_batches(self.mount, "g", 0)]
         ours = list(gpu.torch_batches(self.mount, "g", 0, device="cpu"))

@@ -8,7 +8,7 @@ copies them out of the mount, so every reader reads the same files from the
 page cache and what is compared is the consumer, not the prep). Readers,
 each over every batch, in interleaved passes:
 
-  cpu       epochfs_prep.torch_batches (a uint8 batch becomes float32 / 255
+  cpu       epochfs.prep.torch_batches (a uint8 batch becomes float32 / 255
             on the CPU), then .to("cuda") from pageable memory: a job
             without the GPU path;
   cpu-pin   the same, pinned first and copied with non_blocking=True (what
@@ -34,7 +34,6 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 
 
@@ -51,7 +50,7 @@ def main():
     except ImportError as e:
         print("gpu_consumer: no torch: %s" % e)
         return 77
-    import epochfs_prep
+    import epochfs.prep as epochfs_prep
     from epochfs import gpu
     why = gpu.unavailable_reason()
     if why is None and not torch.cuda.is_available():

@@ -9,7 +9,7 @@ step.
         shuffle and W workers;
     hp_job.py prep MOUNT GROUP [--step-ms 15]
         the batches of one shared .prep/ group, read through
-        epochfs_prep.torch_batches (uint8 batches turned into float32 in
+        epochfs.prep.torch_batches (uint8 batches turned into float32 in
         [0, 1] by the reader, float32 ones as the daemon made them).
 
 With --touch, every step reads the whole images tensor (its sum, what a
@@ -29,7 +29,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 
 ap = argparse.ArgumentParser()
 ap.add_argument("mode", choices=("tv", "prep"))
@@ -67,7 +67,7 @@ if a.mode == "tv":
         for _ in range(a.epochs):
             yield from loader           # its workers start with each epoch
 else:
-    import epochfs_prep as ep
+    import epochfs.prep as ep
     if not a.group:
         ap.error("prep needs MOUNT GROUP")
 

@@ -9,7 +9,7 @@
 #   f32   all K read one .prep/ group of float32 batches, normalized with
 #         ImageNet's mean and std (what tv's jobs get);
 #   u8    all K read one group of uint8 batches and turn each into float32
-#         in [0, 1] themselves (epochfs_prep.torch_batches).
+#         in [0, 1] themselves (epochfs.prep.torch_batches).
 # Wall time from the moment all K jobs have imported torch (their epochs
 # start together; the group is declared then) to the last job's end, the
 # median of HP_RUNS runs, and the speedup against tv measured beside it;

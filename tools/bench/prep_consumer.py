@@ -1,7 +1,7 @@
 """One consumer of a prep group, as a training loop would be: every batch of
 an epoch, in order, as float32 torch tensors (uint8 batches are turned into
 [0, 1] floats here, what ToTensor gives), or only the batch files' bytes
-with --raw (read as every reader does, epochfs_prep.read_batch).
+with --raw (read as every reader does, epochfs.prep.read_batch).
 
     prep_consumer.py MOUNT NAME EPOCH [--raw]
 prints one JSON line: batches, images, bytes, cpu_s (this process), wall_s.
@@ -12,8 +12,8 @@ import resource
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-import epochfs_prep as ep  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
+import epochfs.prep as ep  # noqa: E402
 import torch  # noqa: E402  (imported before timing, as tv_pipeline.py does)
 
 

@@ -3,9 +3,10 @@
 A group of batches is declared once per hyperparameter search and read by
 every job (docs/prep.md). This module declares a group and reads its batch
 files: the standard library alone gives labels and raw pixels; with numpy
-the pixels come as an array, with torch as tensors.
+the pixels come as an array, with torch as tensors. It was
+tools/epochfs_prep.py; `import epochfs_prep` still gives this module.
 
-    import epochfs_prep as ep
+    import epochfs.prep as ep
     ep.declare("/mnt/imagenet", "search1", root="train", batch=256, jobs=4,
                epochs=90, dtype="float32")
     for epoch in range(90):
@@ -227,10 +228,20 @@ def _error(prep, name):
         return ""
 
 
-if __name__ == "__main__":
-    # python3 epochfs_prep.py BATCHFILE...: print each batch's header.
-    for p in sys.argv[1:]:
+def main(argv=None):
+    """python3 -m epochfs.prep BATCHFILE...: print each batch's header."""
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: python3 -m epochfs.prep BATCHFILE...\n\n"
+              "Prints the header of each epochfs prep batch file (docs/prep-format.md).")
+        return 0 if argv else 2
+    for p in argv:
         b = read_batch(p)
         print("%s: epoch %d batch %d, %d samples %s %s %s, labels %s, %d substituted"
               % (p, b.epoch, b.index, b.n, "x".join(map(str, b.shape)), b.dtype, b.layout,
                  list(b.labels[:8]), b.bad_samples))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
