@@ -78,26 +78,45 @@ static char *field(char *line, int n)
 	return tok;
 }
 
+/* One mountinfo entry, cut in place in the line read: its mount point
+ * (unescaped), file system type and source (still escaped). */
+struct mount_entry {
+	char *mnt, *type, *src;
+};
+
+/* Reads F's next well-formed entry into E, which points into *LINE.
+ * 1, or 0 at the end. */
+static int next_mount(FILE *f, char **line, size_t *cap, struct mount_entry *e)
+{
+	while (getline(line, cap, f) > 0) {
+		/* ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE ... */
+		char *save = NULL, *dash = strstr(*line, " - ");
+		if (!dash)
+			continue;
+		*dash = '\0';
+		e->mnt = field(*line, 4);
+		e->type = strtok_r(dash + 3, " \n", &save);
+		e->src = strtok_r(NULL, " \n", &save);
+		if (!e->mnt || !e->type || !e->src)
+			continue;
+		unescape(e->mnt);
+		return 1;
+	}
+	return 0;
+}
+
 int path_epochfs_origin(const char *mountinfo, const char *p, char *out, size_t len)
 {
 	FILE *f = fopen(mountinfo, "re");
 	char *line = NULL, best_src[4096] = "";
 	size_t cap = 0, best = 0, off = 0;
+	struct mount_entry e;
 	int found = 0;
 
 	if (!f)
 		return -errno;
-	while (getline(&line, &cap, f) > 0) {
-		/* ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE ... */
-		char *dash = strstr(line, " - ");
-		if (!dash)
-			continue;
-		*dash = '\0';
-		char *save = NULL, *mnt = field(line, 4);
-		char *type = strtok_r(dash + 3, " \n", &save), *src = strtok_r(NULL, " \n", &save);
-		if (!mnt || !type || !src)
-			continue;
-		unescape(mnt);
+	while (next_mount(f, &line, &cap, &e)) {
+		char *mnt = e.mnt, *type = e.type, *src = e.src;
 		size_t ml = strlen(mnt);
 		int root = !strcmp(mnt, "/");
 		if (!(root || (!strncmp(p, mnt, ml) && (p[ml] == '/' || !p[ml]))) || ml < best)
@@ -128,23 +147,16 @@ int path_mount_type(const char *mountinfo, const char *p, char *type, size_t len
 	FILE *f = fopen(mountinfo, "re");
 	char *line = NULL;
 	size_t cap = 0;
+	struct mount_entry e;
 	int found = 0;
 
 	if (!f)
 		return -errno;
-	while (getline(&line, &cap, f) > 0) {
-		char *dash = strstr(line, " - ");
-		if (!dash)
-			continue;
-		*dash = '\0';
-		char *save = NULL, *mnt = field(line, 4), *t = strtok_r(dash + 3, " \n", &save);
-		if (!mnt || !t)
-			continue;
-		unescape(mnt);
-		if (strcmp(mnt, p))
+	while (next_mount(f, &line, &cap, &e)) {
+		if (strcmp(e.mnt, p))
 			continue;
 		/* Of several mounts on one point, the last listed is on top. */
-		snprintf(type, len, "%s", t);
+		snprintf(type, len, "%s", e.type);
 		found = 1;
 	}
 	free(line);
