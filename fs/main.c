@@ -28,7 +28,6 @@
 #include "peer.h"
 #include "version.h"
 
-
 static struct core *debug_core;
 
 /* SIGUSR2 with EPOCHFS_DEBUG_HOOKS=1: ask the cache's background thread to corrupt one

@@ -72,22 +72,18 @@ int mstats_parse(const char *text, struct mstats *s)
 			memcpy(s->text[s->nt], p + 1, tl);
 			s->text[s->nt][tl] = '\0';
 			s->nt++;
-			p = skip_ws(p + tl + 2);
-			if (*p == '}')
-				return 0;
-			if (*p++ != ',')
+			p += tl + 2;
+		} else {
+			memcpy(s->name[s->n], key, len);
+			s->name[s->n][len] = '\0';
+			errno = 0;
+			s->val[s->n] = strtod(p, &end);
+			if (end == p || errno)
 				return -EBADMSG;
-			p = skip_ws(p);
-			continue;
+			s->n++;
+			p = end;
 		}
-		memcpy(s->name[s->n], key, len);
-		s->name[s->n][len] = '\0';
-		errno = 0;
-		s->val[s->n] = strtod(p, &end);
-		if (end == p || errno)
-			return -EBADMSG;
-		s->n++;
-		p = skip_ws(end);
+		p = skip_ws(p);
 		if (*p == '}')
 			return 0;
 		if (*p++ != ',')
