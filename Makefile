@@ -48,8 +48,8 @@ LIBS = $(PKG_LIBS) -lpthread -lm
 #   fs/core/    the filesystem without FUSE: namespaces, read path, .epochfs/, .prep/, counters
 #   fs/store/   where names and bytes live: index, RAM cache, storage, manifest
 #   fs/cluster/ partitioned peers: ownership, peer lists, protocol, client, server
-#   fs/util/    the log, a sync waiter, the memory watch, service notify, the version
-CORE_SRC := fs/util/log.c fs/util/memwatch.c fs/util/notify.c fs/options.c \
+#   fs/util/    the log, a sync waiter, the memory watch, service notify, trust checks, the version
+CORE_SRC := fs/util/log.c fs/util/memwatch.c fs/util/notify.c fs/util/trust.c fs/options.c \
 	    fs/core/core.c fs/core/nodes.c fs/core/read.c fs/core/prefetch.c fs/core/pressure.c \
 	    fs/core/metrics.c fs/core/stats.c \
 	    fs/core/control.c fs/core/watch.c fs/core/prepdir.c fs/core/prepspec.c \
@@ -197,11 +197,12 @@ $(BUILD)/tests/mkjpeg: $(BUILD)/tests/integration/mkjpeg.o
 # libFuzzer harnesses (clang; ASan and UBSan on), each over the code it
 # names: proto (the peer protocol's decoder), text (prep specs, peer lists,
 # SLURM hostlists), jpeg (one prep sample from untrusted bytes: probe, crop,
-# DCT-scaled decode, resample). `make test` runs each briefly (FUZZ_SMOKE
+# DCT-scaled decode, resample), state (the cache state table the RAM cache
+# and the SSD tier adopt at start, written, damaged and adopted again). `make test` runs each briefly (FUZZ_SMOKE
 # seconds); `make fuzz` runs them one after another for FUZZ_SECONDS each
 # (default 300), or only those in FUZZERS="...". Corpora stay in
 # $(BUILD)/fuzz-corpus/NAME between runs.
-FUZZERS ?= proto text jpeg
+FUZZERS ?= proto text jpeg state
 FUZZ_SECONDS ?= 300
 FUZZ_SMOKE ?= 6
 FUZZ_CC := clang -std=gnu11 -D_GNU_SOURCE -g -O1 -Ifs -Ifs/core -Ifs/store -Ifs/cluster -Ifs/util -Iprep -Itools -fsanitize=fuzzer,address,undefined \
@@ -209,6 +210,7 @@ FUZZ_CC := clang -std=gnu11 -D_GNU_SOURCE -g -O1 -Ifs -Ifs/core -Ifs/store -Ifs/
 FUZZ_SRC_proto := fs/cluster/proto.c
 FUZZ_SRC_text := fs/cluster/cluster.c prep/spec.c
 FUZZ_SRC_jpeg := prep/batch.c prep/jpeg.c prep/augment.c
+FUZZ_SRC_state := fs/store/persist.c fs/store/cache.c fs/store/path.c fs/store/index.c fs/util/trust.c fs/util/log.c
 FUZZ_LIBS_jpeg := -ljpeg
 FUZZ_LIBS_proto := -lsodium
 CORPUS := $(BUILD)/fuzz-corpus

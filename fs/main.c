@@ -301,7 +301,7 @@ int main(int argc, char **argv)
 		.no_order = o.no_order, .prefetch_mem = o.prefetch_mem, .prefetch_window = o.prefetch_window,
 		.order_expire = o.order_expire,
 		.page_cache = o.page_cache, .no_mem_watch = o.no_mem_watch,
-		.persist = !o.no_persist, .state_dir = o.state_dir, .mountpoint = o.mountpoint,
+		.persist = o.persist_mode, .state_dir = o.state_dir, .mountpoint = o.mountpoint,
 		.cache_dirs = o.cache_dirs, .ncache_dirs = o.ncache_dirs,
 		.cache_dir_sizes = o.cache_dir_sizes, .ncache_dir_sizes = o.ncache_dir_sizes,
 		.cache_dir_buffered = o.cache_dir_buffered,

@@ -19,7 +19,7 @@ enum {
 	OPT_PREP_THREADS, OPT_PREP_TIMEOUT, OPT_PREP_AHEAD, OPT_PEERS, OPT_PEERS_FILE, OPT_RANK,
 	OPT_PEER_PORT, OPT_PEER_LISTEN, OPT_SECRET_FILE, OPT_INSECURE_PEERS, OPT_PEER_TIMEOUT,
 	OPT_CACHE_REMOTE, OPT_NO_PEERS, OPT_MANIFEST, OPT_PREFETCH_MEM, OPT_PREFETCH_WINDOW, OPT_ORDER_EXPIRE,
-	OPT_NO_ORDER, OPT_PAGE_CACHE, OPT_NO_MEM_WATCH, OPT_STATE_DIR, OPT_NO_PERSIST,
+	OPT_NO_ORDER, OPT_PAGE_CACHE, OPT_NO_MEM_WATCH, OPT_STATE_DIR, OPT_NO_PERSIST, OPT_PERSIST,
 	OPT_CACHE_DIR, OPT_CACHE_DIR_SIZE, OPT_CACHE_DIR_IO,
 };
 
@@ -48,6 +48,7 @@ static const struct option longopts[] = {
 	{ "no-mem-watch", no_argument, NULL, OPT_NO_MEM_WATCH },
 	{ "state-dir", required_argument, NULL, OPT_STATE_DIR },
 	{ "no-persist", no_argument, NULL, OPT_NO_PERSIST },
+	{ "persist", required_argument, NULL, OPT_PERSIST },
 	{ "cache-dir", required_argument, NULL, OPT_CACHE_DIR },
 	{ "cache-dir-size", required_argument, NULL, OPT_CACHE_DIR_SIZE },
 	{ "cache-dir-io", required_argument, NULL, OPT_CACHE_DIR_IO },
@@ -104,11 +105,15 @@ void options_usage(void *fp, const char *prog)
 		"      --cache-chunk SIZE files larger than this are cached in pieces of\n"
 		"                       this size (default 256K; a multiple of 128K)\n"
 		"      --verify         re-check the checksum of every cache hit\n"
-		"      --state-dir DIR  keep the cache in DIR (on tmpfs) so a restarted daemon\n"
-		"                       adopts it: items re-checked against SOURCE, never stale\n"
-		"                       (default: a directory per mount point under\n"
-		"                       " PERSIST_DEFAULT_ROOT "; docs/cache.md)\n"
-		"      --no-persist     the cache dies with the daemon (anonymous memory)\n"
+		"      --persist crash|always|off  when the RAM cache outlives the daemon, so a\n"
+		"                       restart adopts it (items re-checked against SOURCE):\n"
+		"                       crash (default): after a crash, kill -9 or the OOM\n"
+		"                       killer only, a clean stop or umount frees it; always:\n"
+		"                       a clean stop keeps it too (service restarts, upgrades);\n"
+		"                       off: anonymous memory, nothing kept (docs/cache.md)\n"
+		"      --no-persist     the same as --persist off\n"
+		"      --state-dir DIR  where the cache's state lives, on tmpfs (default: a\n"
+		"                       directory per mount point under " PERSIST_ROOT_PREFIX "-UID)\n"
 		"      --cache-dir DIR  a second cache tier on a local disk, below RAM: items RAM\n"
 		"                       cannot hold are kept there, never evicted (repeat for\n"
 		"                       several disks; docs/cache.md)\n"
@@ -397,6 +402,7 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 
 	memset(o, 0, sizeof(*o));
 	o->timeout = OPTIONS_DEFAULT_TIMEOUT;
+	o->persist_mode = PERSIST_MODE_CRASH;
 	o->threads = OPTIONS_DEFAULT_THREADS;
 	o->watch = 1;
 	o->cache_chunk = CORE_DEFAULT_CACHE_CHUNK;
@@ -540,7 +546,17 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 			o->state_dir = optarg;
 			break;
 		case OPT_NO_PERSIST:
-			o->no_persist = 1;
+			o->persist_mode = PERSIST_MODE_OFF;
+			break;
+		case OPT_PERSIST:
+			if (!strcmp(optarg, "crash"))
+				o->persist_mode = PERSIST_MODE_CRASH;
+			else if (!strcmp(optarg, "always"))
+				o->persist_mode = PERSIST_MODE_ALWAYS;
+			else if (!strcmp(optarg, "off"))
+				o->persist_mode = PERSIST_MODE_OFF;
+			else
+				FAIL("--persist %s: expected crash, always or off", optarg);
 			break;
 		case OPT_CACHE_DIR:
 			if (!*optarg)
@@ -626,8 +642,8 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 		FAIL("--secret-file and --insecure-peers: give one of them");
 	if (o->no_peers && (o->peers || o->peers_file))
 		FAIL("--no-peers with --peers or --peers-file");
-	if (o->no_persist && o->state_dir)
-		FAIL("--state-dir and --no-persist: give one of them");
+	if (o->persist_mode == PERSIST_MODE_OFF && o->state_dir)
+		FAIL("--state-dir with --persist off (or --no-persist): give one of them");
 	if (o->ncache_dir_sizes && !o->ncache_dirs)
 		FAIL("--cache-dir-size needs --cache-dir");
 	if (o->ncache_dir_sizes > 1 && o->ncache_dir_sizes != o->ncache_dirs)

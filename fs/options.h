@@ -51,7 +51,7 @@ struct options {
 	int page_cache;             /* --page-cache: enum page_cache_mode */
 	int no_mem_watch;           /* --no-mem-watch */
 	const char *state_dir;      /* --state-dir, or NULL: the default */
-	int no_persist;             /* --no-persist */
+	int persist_mode;           /* --persist: enum persist_mode (--no-persist: OFF) */
 	const char *cache_dirs[8];  /* --cache-dir, in order (the SSD tier) */
 	unsigned ncache_dirs;
 	uint64_t cache_dir_sizes[8];        /* --cache-dir-size, in order */

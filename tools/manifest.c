@@ -49,6 +49,9 @@ static void usage(FILE *f)
 		"      --check FILE   rehash SOURCE with FILE's chunk size; print one line per\n"
 		"                     difference and exit 1 if there is any:\n"
 		"                       differs PATH           size or bytes differ\n"
+		"                       version-differs PATH   same bytes, another version (inode,\n"
+		"                                              mtime or ctime): the mount reads it\n"
+		"                                              from storage only; rebuild\n"
 		"                       only-in-manifest PATH  not in SOURCE\n"
 		"                       only-in-source PATH    not in the manifest\n"
 		"  -h, --help         this text\n"
@@ -127,18 +130,24 @@ static int list(const char *file)
 	return 0;
 }
 
-/* Same path, size and hashes in record I of A and J of B? */
-static int same_record(const struct manifest *a, uint64_t i, const struct manifest *b, uint64_t j)
+/* Records I of A and J of B (same path): 0 the same, 1 size or bytes
+ * differ, 2 the same bytes at another version of the file. */
+static int compare_records(const struct manifest *a, uint64_t i, const struct manifest *b, uint64_t j)
 {
 	const uint8_t *ha, *hb;
+	struct index_version va, vb;
 	uint64_t sa, sb;
 
 	manifest_record(a, i, NULL, NULL, &sa, &ha);
 	manifest_record(b, j, NULL, NULL, &sb, &hb);
 	if (sa != sb)
-		return 0;
+		return 1;
 	uint64_t nch = sa / manifest_chunk(a) + (sa % manifest_chunk(a) != 0);
-	return !nch || !memcmp(ha, hb, (size_t)nch * MANIFEST_HASH_LEN);
+	if (nch && memcmp(ha, hb, (size_t)nch * MANIFEST_HASH_LEN))
+		return 1;
+	manifest_record_version(a, i, &va);
+	manifest_record_version(b, j, &vb);
+	return index_version_eq(&va, &vb) ? 0 : 2;
 }
 
 static int check(const char *file, const char *source, struct manifest_build_opts *o)
@@ -186,8 +195,9 @@ static int check(const char *file, const char *source, struct manifest_build_opt
 			only_s++;
 			j++;
 		} else {
-			if (!same_record(want, i, got, j)) {
-				printf("differs %.*s\n", (int)la, pa);
+			int d = compare_records(want, i, got, j);
+			if (d) {
+				printf("%s %.*s\n", d == 1 ? "differs" : "version-differs", (int)la, pa);
 				differs++;
 			}
 			i++;

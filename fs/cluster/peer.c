@@ -34,6 +34,7 @@
 
 #include "log.h"
 #include "peer_int.h"
+#include "trust.h"
 
 #define MAX_NODE_SAMPLES 64         /* per-node samples for this many nodes */
 
@@ -515,12 +516,14 @@ int peer_load_secret(const char *path, uint8_t *key, char *err, size_t errlen)
 {
 	uint8_t data[4097];
 	struct stat st;
-	int fd = open(path, O_RDONLY | O_CLOEXEC), warn = 0;
+	char why[400];
+	int fd = trust_file(path, why, sizeof(why)), warn = 0;
 	ssize_t n;
 
+	/* Whoever can change the secret can join the cluster. */
 	if (fd < 0) {
-		snprintf(err, errlen, "--secret-file %s: %s", path, strerror(errno));
-		return -errno;
+		snprintf(err, errlen, "--secret-file %s: %s", path, why);
+		return fd;
 	}
 	if (fstat(fd, &st) == 0 && (st.st_mode & 077)) {
 		snprintf(err, errlen, "--secret-file %s: readable by group or others (chmod 600 it)", path);

@@ -183,7 +183,7 @@ static void ask(struct peer *p, struct source_item *it, off_t off, size_t len, v
 		return;
 	}
 	/* With a manifest, a file it cannot check is never taken from a peer. */
-	if (core_manifest(p->c) && (file = core_verifiable(p->c, it->id, v->size)) < 0) {
+	if (core_manifest(p->c) && (file = core_verifiable(p->c, it->id, v)) < 0) {
 		done(arg, -EAGAIN, NULL);
 		return;
 	}

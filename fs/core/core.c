@@ -16,6 +16,7 @@
 #include "core_int.h"
 #include "log.h"
 #include "memwatch.h"
+#include "trust.h"
 
 uint64_t core_ram_bytes(void)
 {
@@ -43,31 +44,86 @@ static int persist_path(void *arg, uint32_t id, char *buf, size_t len)
 	return index_path(((struct core *)arg)->ix, id, buf, len);
 }
 
+/* With --manifest, an adopted item made under another manifest (or none)
+ * must match this one: it may have come from a peer nobody checked. */
+static int persist_check(void *arg, uint32_t id, uint32_t chunk, const struct index_version *v,
+			 const void *data, size_t len)
+{
+	struct core *c = arg;
+	int f = core_verifiable(c, id, v);
+
+	return f < 0 || manifest_check(c->man, (uint32_t)f, chunk, data, len) != 0;
+}
+
+/* Makes S fit a string sample (stats.h: no '"', '\\' or control bytes). */
+static void info_text(char *s)
+{
+	for (; *s; s++)
+		if (*s == '"' || *s == '\\' || (unsigned char)*s < 32)
+			*s = '\'';
+}
+
 /* Opens the cache's state directory (the default one for the mount point
- * unless --state-dir), after removing default states whose mount point is
- * gone. 0 or -errno (logged). */
+ * unless --state-dir), after freeing this user's orphaned states. 0 with
+ * c->persist set; 1: the cache runs without a state (anonymous memory,
+ * said in one line and in c->persist_why); -errno: the mount is refused
+ * (logged), for a --state-dir that cannot be used. */
 static int persist_setup(struct core *c, const struct core_opts *o, uint64_t cap)
 {
-	char dir[4096], err[600];
+	char dir[4096], root[256], err[700];
 	struct persist_opts po = { .source = c->source, .chunk = c->chunk, .capacity = cap, .tmpfs = 1,
-				   .compact = 1 };
+				   .compact = 1, .room_check = 1, .check = persist_check, .check_arg = c };
 	char *mnt = o->mountpoint ? realpath(o->mountpoint, NULL) : NULL;
 	int e;
 
+	if (c->man)
+		po.manifest_id = manifest_id(c->man);
+	po.what = o->state_dir ? "--state-dir" : "the cache state";
 	po.mountpoint = mnt ? mnt : o->mountpoint;
-	if (o->state_dir) {
+	persist_default_root(root, sizeof(root));
+	persist_default_dir(root, po.mountpoint ? po.mountpoint : c->source, dir, sizeof(dir));
+	if (o->state_dir || o->persist == PERSIST_MODE_OFF) {
+		/* An earlier default state of this mount point is freed, not left
+		 * behind: --persist off is how a user asks for the memory back. */
+		persist_sweep(root, NULL);
+		if (o->persist == PERSIST_MODE_OFF) {
+			struct persist *old;
+			po.dir = dir;
+			po.room_check = 0;
+			if (access(dir, F_OK) == 0 && persist_open(&po, &old, err, sizeof(err)) == 0) {
+				log_info("freed the cache state %s a previous daemon left (--persist off)", dir);
+				persist_remove(old);
+			}
+			snprintf(c->persist_why, sizeof(c->persist_why), "off (--persist off)");
+			free(mnt);
+			return 1;
+		}
 		snprintf(dir, sizeof(dir), "%s", o->state_dir);
 	} else {
-		persist_sweep(PERSIST_DEFAULT_ROOT);
-		persist_default_dir(PERSIST_DEFAULT_ROOT, po.mountpoint ? po.mountpoint : c->source, dir,
-				    sizeof(dir));
+		persist_sweep(root, strrchr(dir, '/') + 1);
 	}
 	po.dir = dir;
 	e = persist_open(&po, &c->persist, err, sizeof(err));
 	free(mnt);
-	if (e < 0)
+	if (e >= 0) {
+		snprintf(c->persist_why, sizeof(c->persist_why), "on (%s): %.690s",
+			 o->persist == PERSIST_MODE_ALWAYS ? "always" : "crash", dir);
+		info_text(c->persist_why);
+		return 0;
+	}
+	if (o->state_dir && e != -ENOSPC) {
 		log_error("%s", err);
-	return e;
+		return e;
+	}
+	/* The default place is not ours to use, or no state filesystem has
+	 * room: the cache lives in anonymous memory and dies with the daemon. */
+	snprintf(c->persist_why, sizeof(c->persist_why), "off: %s", err);
+	info_text(c->persist_why);
+	if (e == -ENOSPC)
+		log_info("%s: the cache uses anonymous memory and will not survive a restart", err);
+	else
+		log_warn("%s: the cache uses anonymous memory and will not survive a restart", err);
+	return 1;
 }
 
 /* Sizes and creates the RAM cache. The default is a quarter of RAM, but no
@@ -84,7 +140,6 @@ static int cache_setup(struct core *c, const struct core_opts *o)
 	int err;
 
 	index_totals(c->ix, &t);
-	c->chunk = (uint32_t)(o->cache_chunk ? o->cache_chunk : CORE_DEFAULT_CACHE_CHUNK);
 	c->cache_need = t.bytes + (t.files + t.bytes / c->chunk + 1) * 64;
 	if (o->cache_default) {
 		cap = core_ram_bytes() / 100 * CORE_DEFAULT_CACHE_PERCENT;
@@ -95,11 +150,15 @@ static int cache_setup(struct core *c, const struct core_opts *o)
 		return 0;
 	co = (struct cache_opts){ .capacity = cap, .chunk = c->chunk, .verify = o->verify,
 				  .max_items = t.files + t.bytes / c->chunk + 16 };
-	if (o->persist) {
-		if ((err = persist_setup(c, o, cap)) < 0)
-			return err;
+	if ((err = persist_setup(c, o, cap)) < 0)
+		return err;
+	if (c->persist) {
+		struct statfs sf;
 		co.arena_file = 1;
 		co.arena_fd = persist_arena_fd(c->persist);
+		/* It never takes the last of its filesystem while it fills. */
+		if (fstatfs(co.arena_fd, &sf) == 0)
+			co.fs_floor = persist_headroom((uint64_t)sf.f_blocks * (uint64_t)sf.f_bsize);
 	}
 	err = cache_new(&co, &c->cache);
 	if (err < 0) {
@@ -118,12 +177,14 @@ static int tier_setup(struct core *c, const struct core_opts *o)
 {
 	struct index_totals t;
 	struct tier_opts to = { .ndirs = o->ncache_dirs, .source = c->source, .mountpoint = o->mountpoint,
-				.chunk = c->chunk, .persist = o->persist, .buffered = o->cache_dir_buffered };
+				.chunk = c->chunk, .persist = o->persist != PERSIST_MODE_OFF, .buffered = o->cache_dir_buffered };
 	struct source s = { .name = "tier", .read = tier_read };
 	char err[600];
 	int e;
 
 	index_totals(c->ix, &t);
+	if (c->man)
+		to.manifest_id = manifest_id(c->man);
 	to.max_items = t.files + t.bytes / c->chunk + 16;
 	to.need = t.bytes + (t.files + t.bytes / c->chunk + 1) * 4096;
 	for (unsigned k = 0; k < o->ncache_dirs && k < TIER_MAX_DIRS; k++) {
@@ -156,8 +217,15 @@ static int manifest_setup(struct core *c, const char *path)
 {
 	struct manifest_report rep;
 	char err[600];
-	int e = manifest_load(path, &c->man, err, sizeof(err));
+	int fd = trust_file(path, err, sizeof(err)), e;
 
+	/* What checks every peer's bytes must be out of other users' reach. */
+	if (fd < 0) {
+		log_error("--manifest %s: not trusted: %s", path, err);
+		return fd;
+	}
+	e = manifest_load_fd(fd, path, &c->man, err, sizeof(err));
+	close(fd);
 	if (e < 0) {
 		log_error("--manifest %s", err);
 		return e;
@@ -173,14 +241,15 @@ static int manifest_setup(struct core *c, const char *path)
 		return e;
 	}
 	c->man_files = rep.matched;
-	c->man_unverified = rep.missing + rep.size_differs;
-	if (rep.missing || rep.extra || rep.size_differs)
-		log_warn("--manifest %s does not match SOURCE: %llu files not in it%s%s%s, %llu sizes differ%s%s%s, "
-			 "%llu records name no file%s%s%s; files it cannot check are read from storage "
-			 "only (rebuild it with epochfs-manifest)", path,
+	c->man_unverified = rep.missing + rep.version_differs;
+	if (rep.missing || rep.extra || rep.version_differs)
+		log_warn("--manifest %s does not match SOURCE: %llu files not in it%s%s%s, %llu at another "
+			 "version (size, inode, mtime or ctime)%s%s%s, %llu records name no file%s%s%s; files it "
+			 "cannot check are read from storage only (rebuild it with epochfs-manifest on this "
+			 "SOURCE)", path,
 			 (unsigned long long)rep.missing, rep.missing ? " (first: " : "", rep.first_missing,
-			 rep.missing ? ")" : "", (unsigned long long)rep.size_differs,
-			 rep.size_differs ? " (first: " : "", rep.first_size, rep.size_differs ? ")" : "",
+			 rep.missing ? ")" : "", (unsigned long long)rep.version_differs,
+			 rep.version_differs ? " (first: " : "", rep.first_version, rep.version_differs ? ")" : "",
 			 (unsigned long long)rep.extra, rep.extra ? " (first: " : "", rep.first_extra,
 			 rep.extra ? ")" : "");
 	else
@@ -194,15 +263,13 @@ const struct manifest *core_manifest(const struct core *c)
 	return c->man;
 }
 
-int core_verifiable(const struct core *c, uint32_t id, uint64_t size)
+int core_verifiable(const struct core *c, uint32_t id, const struct index_version *v)
 {
-	uint64_t rsize;
-	int f;
+	uint32_t f;
 
-	if (!c->man || (f = manifest_file_of(c->man, id)) < 0 ||
-	    manifest_record(c->man, (uint64_t)f, NULL, NULL, &rsize, NULL) < 0 || rsize != size)
+	if (!c->man || !manifest_verifiable(c->man, id, v, &f))
 		return -1;
-	return f;
+	return (int)f;
 }
 
 /* .prep/: groups read images through the core (and so the RAM cache). */
@@ -254,12 +321,14 @@ int core_open(const struct core_opts *o, struct core **out)
 	err = control_new(core_render, c, &c->ctl);
 	if (err < 0)
 		goto fail;
+	c->chunk = (uint32_t)(o->cache_chunk ? o->cache_chunk : CORE_DEFAULT_CACHE_CHUNK);
+	/* The manifest first: what the caches adopt is checked against it. */
+	if (o->manifest && (err = manifest_setup(c, o->manifest)) < 0)
+		goto fail;
 	err = cache_setup(c, o);
 	if (err < 0)
 		goto fail;
 	if (o->ncache_dirs && (err = tier_setup(c, o)) < 0)
-		goto fail;
-	if (o->manifest && (err = manifest_setup(c, o->manifest)) < 0)
 		goto fail;
 	if (o->prep && (err = prep_setup(c, o)) < 0)
 		goto fail;
@@ -381,6 +450,7 @@ int core_start(struct core *c)
 		log_error("cannot start the peer thread: %s", strerror(-err));
 		return err;
 	}
+	c->served = 1;
 	return 0;
 }
 
@@ -402,7 +472,21 @@ void core_close(struct core *c)
 	storage_free(c->st);
 	control_free(c->ctl);
 	cache_free(c->cache);
-	persist_close(c->persist);  /* after the cache: it records until then */
+	/* After the cache: it records until then. A clean stop gives the
+	 * memory back unless the state is kept on purpose; a mount refused
+	 * before it served leaves no new state behind. */
+	if (c->persist) {
+		struct persist_stats ps;
+		persist_get_stats(c->persist, &ps);
+		if (c->served && c->opts.persist == PERSIST_MODE_ALWAYS) {
+			persist_mark_kept(c->persist);
+			persist_close(c->persist);
+		} else if (c->served || !ps.found) {
+			persist_remove(c->persist);
+		} else {
+			persist_close(c->persist);
+		}
+	}
 	manifest_free(c->man);
 	index_free(c->ix);
 	if (c->rootfd >= 0)

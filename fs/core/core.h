@@ -28,6 +28,7 @@
 
 #include "stats.h"
 
+struct index_version;
 struct manifest;
 struct source;
 struct source_item;
@@ -48,6 +49,14 @@ struct source_item;
 #define CORE_TIMEOUT_UNWATCHED 1.0
 
 struct core;
+
+/* When the RAM cache outlives the daemon (--persist). */
+enum persist_mode {
+	PERSIST_MODE_OFF,           /* anonymous memory, nothing kept */
+	PERSIST_MODE_CRASH,         /* kept after a crash or kill -9; a clean stop frees it (the
+				     * daemon's default) */
+	PERSIST_MODE_ALWAYS,        /* a clean stop keeps it too */
+};
 
 struct core_opts {
 	const char *source;         /* the dataset directory */
@@ -77,8 +86,9 @@ struct core_opts {
 	unsigned prep_threads;      /* workers per group; 0: one per CPU */
 	double prep_timeout;        /* seconds before a stalled consumer is dropped */
 	unsigned prep_ahead;        /* batches made past the furthest read; 0: default */
-	int persist;                /* keep the RAM cache in a state directory that outlives the
-				     * daemon, and adopt what a previous daemon left there */
+	int persist;                /* enum persist_mode: whether the RAM cache lives in a state
+				     * directory that outlives the daemon (a previous daemon's is
+				     * adopted), and whether a clean stop keeps it */
 	const char *state_dir;      /* that directory; NULL: persist_default_dir() for MOUNTPOINT */
 	const char *mountpoint;     /* named in the state (and picks its default directory) */
 	const char *const *cache_dirs;      /* the SSD tier's directories (NULL: none) */
@@ -270,10 +280,10 @@ uint64_t core_cache_capacity(const struct core *c);
  * with an SSD tier, only once the tier has no room either. */
 int core_cache_full(const struct core *c);
 /* The manifest (--manifest), or NULL. core_verifiable() gives the record of
- * file ID at size SIZE, or -1 when its bytes cannot be checked (no
- * manifest, not in it, or another size now). */
+ * file ID at version V, or -1 when its bytes cannot be checked (no
+ * manifest, not in it, or another version now: size, inode, mtime, ctime). */
 const struct manifest *core_manifest(const struct core *c);
-int core_verifiable(const struct core *c, uint32_t id, uint64_t size);
+int core_verifiable(const struct core *c, uint32_t id, const struct index_version *v);
 
 /* Serves a peer's read of the file REL (checked: a normalized relative
  * path) at the version it expects (SIZE, MTIME_NS): LEN bytes at OFF, inside

@@ -31,7 +31,9 @@ struct core {
 	struct control *ctl;
 	struct watch *watch;
 	struct cache *cache;        /* NULL: no RAM cache */
-	struct persist *persist;    /* the cache's state directory; NULL: not kept (--no-persist) */
+	struct persist *persist;    /* the cache's state directory; NULL: not kept (see persist_why) */
+	char persist_why[720];      /* "on (MODE): DIR", or "off..." and why: stats.json's persist_state */
+	int served;                 /* core_start() succeeded: a later core_close() is a clean stop */
 	struct tier *tier;          /* the SSD tier (source 0); NULL: none */
 	struct maint *maint;        /* the cache's background thread; NULL: none */
 	struct prepdir *prep;       /* .prep/; NULL with --no-prep */

@@ -70,7 +70,14 @@ int core_samples(struct core *c, struct sample *out, int max)
 		persist_get_stats(c->persist, &pst);
 	GAUGE("persist", "1 when the RAM cache lives in a state directory that outlives the daemon",
 	      c->persist != NULL);
+	if (n < max)
+		out[n++] = (struct sample){ .name = "persist_state", .kind = SAMPLE_INFO,
+					    .help = "Where the RAM cache's state lives and when it is kept, or why "
+						    "there is none",
+					    .text = c->cache ? c->persist_why : "off: no RAM cache" };
 	GAUGE("persist_found", "1 when a previous daemon's state was there at mount", (uint64_t)pst.found);
+	GAUGE("persist_dropped_unverified", "Recorded items not adopted: made without this --manifest, and "
+	      "not matching it", pst.dropped_unverified);
 	GAUGE("persist_discarded", "1 when that state was discarded whole (another SOURCE, chunk size or "
 	      "format, a corrupt header; the log says which)", (uint64_t)(pst.discarded[0] != 0));
 	GAUGE("persist_records", "Item records the state's table held at mount", pst.records);

@@ -206,7 +206,7 @@ static int load_checks(struct read_ctx *x)
 {
 	struct core *c = x->c;
 	uint32_t chunk = (uint32_t)((uint64_t)x->item_off / c->chunk);
-	int f = core_verifiable(c, x->id, x->a.v.size), err;
+	int f = core_verifiable(c, x->id, &x->a.v), err;
 
 	if (f < 0 || manifest_check(c->man, (uint32_t)f, chunk, x->ref.data, x->ref.len) == 0)
 		return 1;
@@ -318,7 +318,7 @@ static int tier_keep(struct read_ctx *x, ssize_t res)
 
 	if (res != (ssize_t)x->claim_len)
 		return 0;
-	if (!x->via_storage || !c->man || (f = core_verifiable(c, x->id, x->a.v.size)) < 0 ||
+	if (!x->via_storage || !c->man || (f = core_verifiable(c, x->id, &x->a.v)) < 0 ||
 	    !manifest_check(c->man, (uint32_t)f, x->item.chunk, x->claim_buf, x->claim_len))
 		return 1;
 	stats_add(&c->stats, STAT_MANIFEST_MISMATCHES, 1);

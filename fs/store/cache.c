@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/vfs.h>
 #include <time.h>
 
 #define XXH_INLINE_ALL
@@ -231,7 +232,11 @@ static int arena_reserve(struct cache *c, uint64_t end)
 		end = c->o.capacity;
 	pthread_mutex_lock(&c->reserve_lock);
 	uint64_t from = __atomic_load_n(&c->reserved, __ATOMIC_ACQUIRE);
-	if (end > from) {
+	struct statfs sf;
+	if (end > from && c->o.fs_floor && fstatfs(c->o.arena_fd, &sf) == 0 &&
+	    (uint64_t)sf.f_bavail * (uint64_t)sf.f_bsize < c->o.fs_floor + (end - from)) {
+		err = -ENOSPC;      /* others need the rest (PyTorch's batches on /dev/shm) */
+	} else if (end > from) {
 		if (fallocate(c->o.arena_fd, FALLOC_FL_KEEP_SIZE, (off_t)from, (off_t)(end - from)) < 0)
 			err = -errno;
 		else

@@ -50,6 +50,8 @@ struct cache_opts {
 	int arena_file;             /* nonzero: the arena is the file ARENA_FD (tmpfs), mapped
 				     * shared; it is at least CAPACITY bytes long */
 	int arena_fd;               /* borrowed: the caller closes it after cache_free() */
+	uint64_t fs_floor;          /* a file arena: bytes its filesystem keeps free; an admission
+				     * that would go below is refused like a full filesystem */
 };
 
 /* What a persistent arena records (persist.h). READY: an item became

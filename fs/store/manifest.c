@@ -144,7 +144,7 @@ static int walk(struct manifest *m, char *why, size_t whylen, int *shortp)
 			snprintf(why, whylen, "record %llu has an empty path", (unsigned long long)i);
 			return -EBADMSG;
 		}
-		if (end - p - 2 < (size_t)plen + 8)
+		if (end - p - 2 < (size_t)plen + REC_FIXED)
 			goto truncated;
 		m->off[i] = p;
 		const uint8_t *path = b + p + 2;
@@ -163,7 +163,7 @@ static int walk(struct manifest *m, char *why, size_t whylen, int *shortp)
 		}
 		p += 2 + (size_t)plen;
 		size = get64(b + p);
-		p += 8;
+		p += REC_FIXED;
 		nch = chunks_of(size, m->chunk);
 		if (nch > UINT32_MAX) {
 			snprintf(why, whylen, "record %llu: %llu chunks, more than 2^32",
@@ -213,6 +213,12 @@ int manifest_parse(struct manifest *m, const char *name, char *err, size_t errle
 			 name, m->len);
 		return -EBADMSG;
 	}
+	if (get32(b + 8) == 1) {
+		snprintf(err, errlen, "%s: manifest format 1 binds files by path and size only, so a file "
+			 "changed in place would still pass: rebuild it with this epochfs-manifest (format %u "
+			 "binds each file's version)", name, MANIFEST_VERSION);
+		return -ENOTSUP;
+	}
 	if (get32(b + 8) != MANIFEST_VERSION) {
 		snprintf(err, errlen, "%s: manifest format version %u, this epochfs reads version %u: "
 			 "rebuild it with this epochfs-manifest", name, get32(b + 8), MANIFEST_VERSION);
@@ -246,18 +252,27 @@ int manifest_parse(struct manifest *m, const char *name, char *err, size_t errle
 
 int manifest_load(const char *path, struct manifest **out, char *err, size_t errlen)
 {
-	struct manifest *m;
-	struct stat st;
-	size_t got = 0;
-	int fd, ret;
+	int fd = open(path, O_RDONLY | O_CLOEXEC), ret;
 
 	*out = NULL;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		ret = -errno;
 		snprintf(err, errlen, "%s: cannot open: %s", path, strerror(-ret));
 		return ret;
 	}
+	ret = manifest_load_fd(fd, path, out, err, errlen);
+	close(fd);
+	return ret;
+}
+
+int manifest_load_fd(int fd, const char *path, struct manifest **out, char *err, size_t errlen)
+{
+	struct manifest *m;
+	struct stat st;
+	size_t got = 0;
+	int ret;
+
+	*out = NULL;
 	if (fstat(fd, &st) < 0) {
 		ret = -errno;
 		snprintf(err, errlen, "%s: cannot stat: %s", path, strerror(-ret));
@@ -276,7 +291,7 @@ int manifest_load(const char *path, struct manifest **out, char *err, size_t err
 		goto out_close;
 	}
 	while (got < (size_t)st.st_size) {
-		ssize_t n = read(fd, m->buf + got, (size_t)st.st_size - got);
+		ssize_t n = pread(fd, m->buf + got, (size_t)st.st_size - got, (off_t)got);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
@@ -292,13 +307,11 @@ int manifest_load(const char *path, struct manifest **out, char *err, size_t err
 	ret = manifest_parse(m, path, err, errlen);
 	if (ret < 0)
 		goto out_free;
-	close(fd);
 	*out = m;
 	return 0;
 out_free:
 	manifest_free(m);
 out_close:
-	close(fd);
 	return ret;
 }
 
@@ -405,8 +418,41 @@ int manifest_record(const struct manifest *m, uint64_t i, const char **path, siz
 	if (size)
 		*size = sz;
 	if (hashes)
-		*hashes = sz ? r + 2 + plen + 8 : NULL;
+		*hashes = sz ? r + 2 + plen + REC_FIXED : NULL;
 	return 0;
+}
+
+int manifest_record_version(const struct manifest *m, uint64_t i, struct index_version *v)
+{
+	const uint8_t *r;
+
+	if (i >= m->nfiles)
+		return -ENOENT;
+	r = m->buf + m->off[i];
+	r += 2 + get16(r);
+	v->size = get64(r);
+	v->ino = get64(r + 8);
+	v->mtime_ns = (int64_t)get64(r + 16);
+	v->ctime_ns = (int64_t)get64(r + 24);
+	return 0;
+}
+
+int manifest_verifiable(const struct manifest *m, uint32_t id, const struct index_version *v, uint32_t *file)
+{
+	struct index_version rv;
+	int f = manifest_file_of(m, id);
+
+	if (f < 0 || manifest_record_version(m, (uint64_t)f, &rv) < 0 || !index_version_eq(&rv, v))
+		return 0;
+	*file = (uint32_t)f;
+	return 1;
+}
+
+uint64_t manifest_id(const struct manifest *m)
+{
+	uint64_t id = get64(m->buf + m->len - MANIFEST_TRAILER_LEN);
+
+	return id ? id : 1;
 }
 
 int manifest_find(const struct manifest *m, const char *rel, size_t len, uint64_t *size)
@@ -480,13 +526,13 @@ int manifest_bind(struct manifest *m, const struct index *ix, struct manifest_re
 	}
 	for (uint32_t id = INDEX_ROOT; id <= n; id++) {
 		struct index_attr a;
-		uint64_t size;
+		struct index_version rv;
 		int len, rec;
 
 		if (index_get(ix, id, &a) < 0 || !S_ISREG(a.mode) || a.gone)
 			continue;
 		len = index_path(ix, id, path, MAX_PATH_LEN + 512);
-		rec = len < 0 ? -ENOENT : manifest_find(m, path, (size_t)len, &size);
+		rec = len < 0 ? -ENOENT : manifest_find(m, path, (size_t)len, NULL);
 		if (rec < 0) {
 			r.missing++;
 			set_first(r.first_missing, path, len < 0 ? 0 : (size_t)len);
@@ -494,11 +540,12 @@ int manifest_bind(struct manifest *m, const struct index *ix, struct manifest_re
 		}
 		map[id] = (uint32_t)rec + 1;
 		seen[rec] = 1;
-		if (size == a.v.size) {
+		manifest_record_version(m, (uint64_t)rec, &rv);
+		if (index_version_eq(&rv, &a.v)) {
 			r.matched++;
 		} else {
-			r.size_differs++;
-			set_first(r.first_size, path, (size_t)len);
+			r.version_differs++;
+			set_first(r.first_version, path, (size_t)len);
 		}
 	}
 	for (uint64_t i = 0; i < m->nfiles; i++) {

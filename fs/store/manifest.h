@@ -8,10 +8,10 @@
  * has none); a chunk's hash is unkeyed BLAKE2b with a 16-byte output
  * (libsodium crypto_generichash).
  *
- * FILE FORMAT (version 1; integers little-endian, no padding)
+ * FILE FORMAT (version 2; integers little-endian, no padding)
  *   header, 40 bytes:
  *     "EPMANIF1"           8 bytes, the magic
- *     u32 version          1
+ *     u32 version          2
  *     u32 chunk            chunk size in bytes, 4 KiB .. 1 GiB
  *     u32 hash_len         16
  *     u32 reserved         0
@@ -24,10 +24,23 @@
  *                          leading or trailing '/', no empty, "." or ".."
  *                          component, no NUL
  *     u64 size             bytes
+ *     u64 ino              the file's version when it was hashed: inode
+ *     i64 mtime_ns         number, modification and change times in ns
+ *     i64 ctime_ns         since the epoch (stat's st_ino, st_mtim, st_ctim)
  *     ceil(size / chunk) hashes of hash_len bytes, chunk 0 first
  *   trailer, 32 bytes:     unkeyed BLAKE2b-256 of every byte before it
  * Record numbers are 0-based positions in that order, and must fit in an
  * int; a file's chunk numbers must fit in a uint32_t.
+ *
+ * WHY THE VERSION. A record vouches for one version of its file. Version 1
+ * bound records by path and size only, so after a file changed in place
+ * (same size, mtime copied back) the old manifest still "verified" the old
+ * bytes a lying peer sent. A file whose version (size, inode, mtime, ctime:
+ * ctime cannot be set from user space) is not the record's is unverified:
+ * read from storage only, never from a peer. A copy of the dataset has its
+ * own inodes and ctimes, so a manifest belongs to one SOURCE filesystem:
+ * nodes that share storage (NFS, Lustre) share one manifest, nodes with
+ * their own copy build their own. Version 1 files are refused with a hint.
  *
  * A loaded manifest is immutable: every accessor and manifest_check() may be
  * called from any number of threads at once. manifest_bind() is the one
@@ -47,7 +60,7 @@
 #include "index.h"
 
 #define MANIFEST_MAGIC "EPMANIF1"
-#define MANIFEST_VERSION 1u
+#define MANIFEST_VERSION 2u
 #define MANIFEST_HASH_LEN 16u
 #define MANIFEST_HEADER_LEN 40u
 #define MANIFEST_TRAILER_LEN 32u
@@ -90,6 +103,9 @@ int manifest_save(const struct manifest *m, const char *path, char *err, size_t 
  * length). Returns 0 and *OUT, or -EBADMSG (not a manifest, corrupt,
  * truncated), -ENOTSUP (another format version) or another -errno. */
 int manifest_load(const char *path, struct manifest **out, char *err, size_t errlen);
+/* The same from FD (read from its start; not closed), named PATH in ERR:
+ * the daemon opens its --manifest with trust_file() first (util/trust.h). */
+int manifest_load_fd(int fd, const char *path, struct manifest **out, char *err, size_t errlen);
 void manifest_free(struct manifest *m);
 
 uint32_t manifest_chunk(const struct manifest *m);
@@ -103,6 +119,16 @@ size_t manifest_memory(const struct manifest *m);
  * an empty file). Any out-pointer may be NULL. 0, or -ENOENT past the end. */
 int manifest_record(const struct manifest *m, uint64_t i, const char **path, size_t *len,
 		    uint64_t *size, const uint8_t **hashes);
+/* The version of its file record I was made from, in *V. 0 or -ENOENT. */
+int manifest_record_version(const struct manifest *m, uint64_t i, struct index_version *v);
+/* 1 if index entry ID's file is at the version V that its bound record
+ * was made from, so its bytes can be checked: the record number is in
+ * *FILE. 0 otherwise (no record, or another version: unverified). */
+int manifest_verifiable(const struct manifest *m, uint32_t id, const struct index_version *v, uint32_t *file);
+/* What identifies this manifest (the first 8 bytes of its BLAKE2b
+ * trailer): a state made under one manifest records it, so a restart under
+ * another can tell its items were not checked by this one. Never 0. */
+uint64_t manifest_id(const struct manifest *m);
 
 /* The record number of path REL (LEN bytes, no NUL needed), and its size in
  * *SIZE (may be NULL); -ENOENT if there is none. Binary search. */
@@ -116,18 +142,18 @@ int manifest_check(const struct manifest *m, uint32_t file, uint32_t chunk, cons
 		   size_t len);
 
 struct manifest_report {
-	uint64_t matched;           /* in both, same size */
+	uint64_t matched;           /* in both, same version */
 	uint64_t missing;           /* regular files in the index, not in the manifest */
 	uint64_t extra;             /* records no file of the index has */
-	uint64_t size_differs;      /* in both, sizes differ (bound all the same) */
-	char first_missing[256], first_extra[256], first_size[256]; /* "" if none */
+	uint64_t version_differs;   /* in both, another version now (size, inode, mtime or ctime) */
+	char first_missing[256], first_extra[256], first_version[256]; /* "" if none */
 };
 
 /* Maps every regular file of IX that is not gone to its record, kept inside
- * M (4 bytes per index id), and fills REP (may be NULL). A file whose size
- * differs from its record's is bound too, so checks of its bytes fail rather
- * than go unchecked. A second call replaces the first binding. 0 or -ENOMEM
- * (M then has no binding). */
+ * M (4 bytes per index id), and fills REP (may be NULL). A file at another
+ * version than its record's is bound too, and unverified while it stays so
+ * (manifest_verifiable). A second call replaces the first binding. 0 or
+ * -ENOMEM (M then has no binding). */
 int manifest_bind(struct manifest *m, const struct index *ix, struct manifest_report *rep);
 
 /* The record bound to index entry ID, or -ENOENT (none, or never bound). */

@@ -81,7 +81,9 @@ static int hash_file(struct build *b, uint64_t i, uint8_t *buf, char *msg, size_
 	uint8_t *r = b->img + b->off[i];
 	uint16_t plen = get16(r);
 	uint64_t size = get64(r + 2 + plen), off = 0;
-	uint8_t *out = r + 2 + plen + 8;
+	uint64_t ino = get64(r + 2 + plen + 8);
+	int64_t mtime = (int64_t)get64(r + 2 + plen + 16), ctime = (int64_t)get64(r + 2 + plen + 24);
+	uint8_t *out = r + 2 + plen + REC_FIXED;
 	crypto_generichash_state hs;
 	uint32_t fill = 0;
 	struct stat st0, st1;
@@ -99,7 +101,10 @@ static int hash_file(struct build *b, uint64_t i, uint8_t *buf, char *msg, size_
 		snprintf(msg, msglen, "%s/%s: cannot stat: %s", b->source, rel, strerror(-ret));
 		goto out;
 	}
-	if (!S_ISREG(st0.st_mode) || (uint64_t)st0.st_size != size) {
+	/* The record names the version the scan saw: the bytes must be that one's. */
+	if (!S_ISREG(st0.st_mode) || (uint64_t)st0.st_size != size || (uint64_t)st0.st_ino != ino ||
+	    (int64_t)st0.st_mtim.tv_sec * 1000000000 + st0.st_mtim.tv_nsec != mtime ||
+	    (int64_t)st0.st_ctim.tv_sec * 1000000000 + st0.st_ctim.tv_nsec != ctime) {
 		ret = -ESTALE;
 		goto changed;
 	}
@@ -260,10 +265,10 @@ static unsigned default_threads(void)
 }
 
 /* The regular files of a scan: paths (NUL-terminated, back to back in
- * BLOB) and sizes. */
+ * BLOB) and versions. */
 struct file_ent {
 	uint64_t path_off;          /* into blob */
-	uint64_t size;
+	struct index_version v;
 };
 
 struct file_list {
@@ -273,7 +278,7 @@ struct file_list {
 	uint64_t n, cap;
 };
 
-static int list_add(struct file_list *l, const char *path, size_t len, uint64_t size)
+static int list_add(struct file_list *l, const char *path, size_t len, const struct index_version *v)
 {
 	if (l->n == l->cap) {
 		uint64_t cap = l->cap ? l->cap * 2 : 1024;
@@ -295,7 +300,7 @@ static int list_add(struct file_list *l, const char *path, size_t len, uint64_t 
 	}
 	memcpy(l->blob + l->blob_len, path, len + 1);
 	l->e[l->n].path_off = l->blob_len;
-	l->e[l->n++].size = size;
+	l->e[l->n++].v = *v;
 	l->blob_len += len + 1;
 	return 0;
 }
@@ -348,7 +353,7 @@ static int collect(const struct index *ix, int rootfd, const char *source, struc
 			}
 			continue;
 		}
-		if (list_add(l, path, (size_t)len, a.v.size) < 0)
+		if (list_add(l, path, (size_t)len, &a.v) < 0)
 			goto nomem;
 	}
 	goto out;
@@ -380,17 +385,17 @@ static int layout(struct build *b, const struct file_list *l, char *err, size_t 
 		goto nomem;
 	for (uint64_t i = 0; i < l->n; i++) {
 		const char *path = l->blob + l->e[i].path_off;
-		uint64_t nch = chunks_of(l->e[i].size, b->chunk);
+		uint64_t nch = chunks_of(l->e[i].v.size, b->chunk);
 
 		if (nch > UINT32_MAX) {
 			snprintf(err, errlen, "%s/%s: %llu bytes is more than 2^32 chunks of %u: "
 				 "use a larger --chunk", b->source, path,
-				 (unsigned long long)l->e[i].size, b->chunk);
+				 (unsigned long long)l->e[i].v.size, b->chunk);
 			return -EFBIG;
 		}
 		b->rel[i] = path;
-		len += 2 + strlen(path) + 8 + (size_t)nch * MANIFEST_HASH_LEN;
-		b->total += l->e[i].size;
+		len += 2 + strlen(path) + REC_FIXED + (size_t)nch * MANIFEST_HASH_LEN;
+		b->total += l->e[i].v.size;
 	}
 	len += MANIFEST_TRAILER_LEN;
 	b->img = calloc(1, len);
@@ -410,8 +415,11 @@ static int layout(struct build *b, const struct file_list *l, char *err, size_t 
 		b->off[i] = p;
 		put16(b->img + p, (uint16_t)plen);
 		memcpy(b->img + p + 2, b->rel[i], plen);
-		put64(b->img + p + 2 + plen, l->e[i].size);
-		p += 2 + plen + 8 + (size_t)chunks_of(l->e[i].size, b->chunk) * MANIFEST_HASH_LEN;
+		put64(b->img + p + 2 + plen, l->e[i].v.size);
+		put64(b->img + p + 2 + plen + 8, l->e[i].v.ino);
+		put64(b->img + p + 2 + plen + 16, (uint64_t)l->e[i].v.mtime_ns);
+		put64(b->img + p + 2 + plen + 24, (uint64_t)l->e[i].v.ctime_ns);
+		p += 2 + plen + REC_FIXED + (size_t)chunks_of(l->e[i].v.size, b->chunk) * MANIFEST_HASH_LEN;
 	}
 	return 0;
 nomem:

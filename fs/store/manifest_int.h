@@ -11,7 +11,8 @@
 #include "manifest.h"
 
 #define READ_BLOCK (1u << 20)
-#define MIN_RECORD 11u              /* u16 length, one path byte, u64 size */
+#define MIN_RECORD 35u              /* u16 length, one path byte, u64 size, version */
+#define REC_FIXED 32u               /* size, ino, mtime_ns, ctime_ns after the path */
 #define MAX_PATH_LEN 65535u
 #define MAX_FILES ((uint64_t)INT_MAX)
 

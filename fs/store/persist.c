@@ -34,7 +34,9 @@
 #include <xxhash.h>
 
 #include "log.h"
+#include "path.h"
 #include "persist.h"
+#include "trust.h"
 
 #define HDR_MAGIC "EPFSSTAT"
 #define REC_MAGIC 0x52534645u          /* "EFSR" */
@@ -49,6 +51,7 @@ struct hdr {
 	uint64_t capacity;
 	uint64_t src_dev, src_ino, src_hash;
 	uint64_t created;
+	uint64_t manifest;              /* manifest_id() of the --manifest in force, 0: none */
 	uint64_t xxh;                   /* of the bytes above */
 };
 
@@ -69,6 +72,10 @@ struct persist {
 	struct hdr hdr;                 /* what this daemon writes */
 	int have_table;                 /* DIR/table matched: adopt from it */
 	int compact;                    /* move items down over dropped ones at adoption */
+	int keep_held;                  /* never drop adopted items past CAPACITY: grow it */
+	int recheck;                    /* the state was made under another manifest: CHECK each item */
+	persist_check_fn check;
+	void *check_arg;
 	int recording;                  /* after adoption: records are written */
 	pthread_mutex_t wlock;          /* one record written at a time */
 	persist_path_fn path;
@@ -180,11 +187,13 @@ static void hook_cut(void *arg, uint64_t off)
  * (already built, back to back, LEN bytes). Opens it for appending. */
 static int table_replace(struct persist *p, const char *recs, size_t len)
 {
-	int fd = openat(p->dirfd, "table.new", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	int err;
+	char why[300];
+	int fd, err;
 
+	unlinkat(p->dirfd, "table.new", 0);
+	fd = trust_openat(p->dirfd, "table.new", O_WRONLY | O_CREAT | O_EXCL, 0600, why, sizeof(why));
 	if (fd < 0)
-		return -errno;
+		return fd;
 	err = write_all(fd, &p->hdr, sizeof(p->hdr));
 	if (!err && len)
 		err = write_all(fd, recs, len);
@@ -196,9 +205,9 @@ static int table_replace(struct persist *p, const char *recs, size_t len)
 		return err;
 	}
 	close(fd);
-	fd = openat(p->dirfd, "table", O_WRONLY | O_APPEND | O_CLOEXEC);
+	fd = trust_openat(p->dirfd, "table", O_WRONLY | O_APPEND, 0600, why, sizeof(why));
 	if (fd < 0)
-		return -errno;
+		return fd;
 	pthread_mutex_lock(&p->wlock);
 	if (p->tablefd >= 0)
 		close(p->tablefd);
@@ -231,13 +240,15 @@ int persist_clear(struct persist *p)
 static int check_table(struct persist *p)
 {
 	struct hdr h;
-	int fd = openat(p->dirfd, "table", O_RDONLY | O_CLOEXEC);
-	char why[200];
+	char why[300];
+	int fd = trust_openat(p->dirfd, "table", O_RDONLY, 0, why, sizeof(why));
 
-	if (fd < 0) {
-		if (errno != ENOENT)
-			return -errno;
+	if (fd == -ENOENT)
 		return table_replace(p, NULL, 0);   /* a new state: nothing to say */
+	if (fd < 0) {
+		p->st.found = 1;
+		unlinkat(p->dirfd, "table", 0);
+		return discard(p, why);
 	}
 	ssize_t n = pread(fd, &h, sizeof(h), 0);
 	close(fd);
@@ -252,11 +263,45 @@ static int check_table(struct persist *p)
 	else if (h.chunk != p->chunk)
 		snprintf(why, sizeof(why), "it was made with %u-byte chunks, this mount uses %u", h.chunk,
 			 p->chunk);
+	else if (p->hdr.manifest && h.manifest != p->hdr.manifest && !(p->compact && p->check))
+		snprintf(why, sizeof(why), "it was made %s, and its items were not checked against this one",
+			 h.manifest ? "under another --manifest" : "without --manifest");
 	else {
+		/* Items made without this manifest are checked one by one (the
+		 * RAM cache: they are in memory) before they are adopted. */
+		p->recheck = p->hdr.manifest && h.manifest != p->hdr.manifest;
 		p->have_table = 1;
 		return 0;
 	}
 	return discard(p, why);
+}
+
+uint64_t persist_headroom(uint64_t fs_size)
+{
+	uint64_t half = fs_size / 2, gib = 1ull << 30;
+
+	return fs_size / 4 > (half < gib ? half : gib) ? fs_size / 4 : (half < gib ? half : gib);
+}
+
+/* Opens DIR/NAME, owned by us: a file that fails the checks (a link, a
+ * stranger's, loose modes) is removed and made anew. */
+static int own_file(struct persist *p, const char *name, int flags, char *err, size_t errlen, const char *what)
+{
+	char why[300];
+	int fd = trust_openat(p->dirfd, name, flags, 0600, why, sizeof(why));
+
+	if (fd == -EPERM) {
+		log_warn("%s %s: %s: removed and made anew", what, p->dir, why);
+		if (unlinkat(p->dirfd, name, 0) < 0 && errno != ENOENT) {
+			snprintf(err, errlen, "%s %s: %s, and it cannot be removed: %s", what, p->dir, why,
+				 strerror(errno));
+			return -EPERM;
+		}
+		fd = trust_openat(p->dirfd, name, flags | O_CREAT | O_EXCL, 0600, why, sizeof(why));
+	}
+	if (fd < 0)
+		snprintf(err, errlen, "%s %s: %s", what, p->dir, why);
+	return fd;
 }
 
 int persist_open(const struct persist_opts *o, struct persist **out, char *err, size_t errlen)
@@ -265,7 +310,8 @@ int persist_open(const struct persist_opts *o, struct persist **out, char *err, 
 	const char *what = o->what ? o->what : "--state-dir";
 	struct statfs sf;
 	struct stat sb;
-	int e;
+	char why[400];
+	int e, loose = 0;
 
 	if (!p)
 		return -ENOMEM;
@@ -273,32 +319,21 @@ int persist_open(const struct persist_opts *o, struct persist **out, char *err, 
 	p->capacity = o->capacity;
 	p->chunk = o->chunk;
 	p->compact = o->compact;
+	p->keep_held = o->keep_held;
+	p->check = o->check;
+	p->check_arg = o->check_arg;
 	pthread_mutex_init(&p->wlock, NULL);
 	p->dir = strdup(o->dir);
 	if (!p->dir) {
 		e = -ENOMEM;
 		goto fail;
 	}
-	/* The parents too: the default root may not exist yet. */
-	for (char *s = p->dir + 1; ; s++) {
-		if (*s == '/' || !*s) {
-			char c = *s;
-			*s = 0;
-			if (mkdir(p->dir, 0700) < 0 && errno != EEXIST) {
-				e = -errno;
-				snprintf(err, errlen, "%s %s: %s", what, p->dir, strerror(-e));
-				*s = c;
-				goto fail;
-			}
-			*s = c;
-			if (!c)
-				break;
-		}
-	}
-	p->dirfd = open(p->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	/* Ours, 0700, reached through directories nobody else can change;
+	 * missing ones are made 0700. */
+	p->dirfd = trust_dir(p->dir, TRUST_CREATE | TRUST_OWN, &loose, why, sizeof(why));
 	if (p->dirfd < 0) {
-		e = -errno;
-		snprintf(err, errlen, "%s %s: %s", what, p->dir, strerror(-e));
+		e = p->dirfd;
+		snprintf(err, errlen, "%s %s: not trusted: %s", what, p->dir, why);
 		goto fail;
 	}
 	if (o->tmpfs && (fstatfs(p->dirfd, &sf) < 0 || (unsigned long)sf.f_type != TMPFS_MAGIC)) {
@@ -307,10 +342,15 @@ int persist_open(const struct persist_opts *o, struct persist **out, char *err, 
 			 "memory (a directory under /dev/shm), or mount with --no-persist", what, p->dir);
 		goto fail;
 	}
-	p->lockfd = openat(p->dirfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (loose) {
+		/* Others could write here: nothing in it can be believed. */
+		log_warn("%s %s was writable by group or others: what it held is discarded, and it is "
+			 "0700 now", what, p->dir);
+		trust_empty_dir(p->dirfd);
+	}
+	p->lockfd = own_file(p, "lock", O_RDWR | O_CREAT, err, errlen, what);
 	if (p->lockfd < 0) {
-		e = -errno;
-		snprintf(err, errlen, "%s %s: lock: %s", what, p->dir, strerror(-e));
+		e = p->lockfd;
 		goto fail;
 	}
 	if (flock(p->lockfd, LOCK_EX | LOCK_NB) < 0) {
@@ -332,20 +372,48 @@ int persist_open(const struct persist_opts *o, struct persist **out, char *err, 
 	}
 	{
 		FILE *f;
-		int fd = openat(p->dirfd, "owner", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-		if (fd >= 0 && (f = fdopen(fd, "w"))) {
+		int fd = own_file(p, "owner", O_WRONLY | O_CREAT | O_TRUNC, err, errlen, what);
+		if (fd < 0) {
+			e = fd;
+			goto fail;
+		}
+		if ((f = fdopen(fd, "w"))) {
 			fprintf(f, "mountpoint=%s\nsource=%s\n", o->mountpoint ? o->mountpoint : "",
 				o->source);
 			fclose(f);
-		} else if (fd >= 0) {
+		} else {
 			close(fd);
 		}
 	}
 	/* A larger arena than the budget (a smaller --cache-size now) keeps its
 	 * length until the adoption has moved what fits below the budget. */
-	p->arenafd = openat(p->dirfd, "arena", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (p->arenafd < 0 || fstat(p->arenafd, &sb) < 0 ||
-	    ((uint64_t)sb.st_size < p->capacity && ftruncate(p->arenafd, (off_t)p->capacity) < 0)) {
+	p->arenafd = own_file(p, "arena", O_RDWR | O_CREAT, err, errlen, what);
+	if (p->arenafd < 0) {
+		e = p->arenafd;
+		goto fail;
+	}
+	if (fstat(p->arenafd, &sb) < 0) {
+		e = -errno;
+		snprintf(err, errlen, "%s %s: arena: %s", what, p->dir, strerror(-e));
+		goto fail;
+	}
+	/* Room: the state never takes the last of its filesystem (on /dev/shm,
+	 * PyTorch's DataLoader hands its batches over there). The arena's own
+	 * pages count as ours. */
+	if (o->room_check && fstatfs(p->dirfd, &sf) == 0) {
+		uint64_t size = (uint64_t)sf.f_blocks * (uint64_t)sf.f_bsize;
+		uint64_t avail = (uint64_t)sf.f_bavail * (uint64_t)sf.f_bsize + (uint64_t)sb.st_blocks * 512;
+		uint64_t keep = persist_headroom(size);
+		if (avail < keep || o->capacity > avail - keep) {
+			e = -ENOSPC;
+			snprintf(err, errlen, "%s %s: its filesystem has %llu MiB free of %llu MiB; a %llu MiB "
+				 "cache there would leave less than the %llu MiB kept for others", what, p->dir,
+				 (unsigned long long)(avail >> 20), (unsigned long long)(size >> 20),
+				 (unsigned long long)(o->capacity >> 20), (unsigned long long)(keep >> 20));
+			goto fail;
+		}
+	}
+	if ((uint64_t)sb.st_size < p->capacity && ftruncate(p->arenafd, (off_t)p->capacity) < 0) {
 		e = -errno;
 		snprintf(err, errlen, "%s %s: arena: %s", what, p->dir, strerror(-e));
 		goto fail;
@@ -363,6 +431,7 @@ int persist_open(const struct persist_opts *o, struct persist **out, char *err, 
 	p->hdr.src_ino = (uint64_t)sb.st_ino;
 	p->hdr.src_hash = XXH3_64bits(o->source, strlen(o->source));
 	p->hdr.created = (uint64_t)time(NULL);
+	p->hdr.manifest = o->manifest_id;
 	p->hdr.xxh = hdr_sum(&p->hdr);
 	if ((e = check_table(p)) < 0) {
 		snprintf(err, errlen, "%s %s: table: %s", what, p->dir, strerror(-e));
@@ -380,6 +449,39 @@ int persist_arena_fd(const struct persist *p)
 	return p->arenafd;
 }
 
+int persist_reopen_arena(const struct persist *p, int flags)
+{
+	struct stat a, b;
+	int fd = openat(p->dirfd, "arena", flags | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &a) < 0 || fstat(p->arenafd, &b) < 0 || a.st_dev != b.st_dev || a.st_ino != b.st_ino) {
+		close(fd);
+		return -ESTALE;
+	}
+	return fd;
+}
+
+uint64_t persist_capacity(const struct persist *p)
+{
+	return p->capacity;
+}
+
+void persist_remove(struct persist *p)
+{
+	if (!p)
+		return;
+	if (p->dirfd >= 0) {
+		pthread_mutex_lock(&p->wlock);
+		p->recording = 0;
+		pthread_mutex_unlock(&p->wlock);
+		if (trust_empty_dir(p->dirfd) < 0 || rmdir(p->dir) < 0)
+			log_warn("cache state %s: cannot remove it: %s", p->dir, strerror(errno));
+	}
+	persist_close(p);
+}
+
 const char *persist_dir(const struct persist *p)
 {
 	return p->dir;
@@ -395,7 +497,7 @@ struct cand {
 	int state;                      /* 0: a candidate; 1: adopted; <0: dropped (why) */
 };
 
-enum { DROP_CHANGED = -1, DROP_CORRUPT = -2, DROP_OTHER = -3 };
+enum { DROP_CHANGED = -1, DROP_CORRUPT = -2, DROP_OTHER = -3, DROP_UNVERIFIED = -4 };
 
 static int by_off(const void *a, const void *b)
 {
@@ -409,6 +511,9 @@ struct adopt_job {
 	void *fn_arg;
 	struct cand *cands;
 	size_t n, next;                 /* next: atomic */
+	persist_check_fn check;         /* non-NULL: each item's bytes (at ARENA) are checked first */
+	void *check_arg;
+	const char *arena;
 };
 
 static void *adopt_worker(void *arg)
@@ -424,6 +529,10 @@ static void *adopt_worker(void *arg)
 			struct cand *d = &j->cands[i];
 			if (d->state)
 				continue;
+			if (j->check && j->check(j->check_arg, d->id, d->chunk, &d->v, j->arena + d->off, d->len)) {
+				d->state = DROP_UNVERIFIED;
+				continue;
+			}
 			int r = j->fn(j->fn_arg, d->id, d->chunk, &d->v, d->off, d->len, d->xxh);
 			d->state = !r ? 1 : r == -EBADMSG ? DROP_CORRUPT : DROP_OTHER;
 		}
@@ -474,6 +583,9 @@ static size_t parse(struct persist *p, const char *t, size_t len, struct cand **
 		struct index_version now;
 		if (resolve(arg, d->path, d->path_len, &d->id, &now) < 0 || !index_version_eq(&now, &r.v))
 			d->state = DROP_CHANGED;
+		else if (r.chunk >= cache_chunks(now.size, p->chunk) ||
+			 r.len != cache_chunk_len(now.size, p->chunk, r.chunk))
+			d->state = DROP_OTHER;      /* not a piece this file has */
 		else
 			d->v = now;
 		pos += sz;
@@ -578,11 +690,15 @@ int persist_adopt_items(struct persist *p, persist_adopt_fn fn, void *fn_arg, pe
 				n = parse(p, t, len, &v, resolve, arg);
 				dedupe(v, n);
 				/* Overlaps: by offset, the first one holds the bytes. */
-				qsort(v, n, sizeof(*v), by_off);
+				if (n)
+					qsort(v, n, sizeof(*v), by_off);
 				uint64_t end = 0;
 				/* Without compaction nothing moves: what lies past a
-				 * smaller budget goes with the truncation below. */
-				uint64_t lim = p->compact || len_arena < p->capacity ? len_arena : p->capacity;
+				 * smaller budget goes with the truncation below, unless
+				 * the store keeps what it holds (the tier at its
+				 * default size). */
+				uint64_t lim = p->compact || p->keep_held || len_arena < p->capacity ? len_arena
+												    : p->capacity;
 				for (size_t i = 0; i < n; i++) {
 					if (v[i].state)
 						continue;
@@ -600,6 +716,11 @@ int persist_adopt_items(struct persist *p, persist_adopt_fn fn, void *fn_arg, pe
 				if (threads > 16)
 					threads = 16;
 				struct adopt_job job = { .fn = fn, .fn_arg = fn_arg, .cands = v, .n = n };
+				if (p->recheck && arena != MAP_FAILED) {
+					job.check = p->check;
+					job.check_arg = p->check_arg;
+					job.arena = arena;
+				}
 				pthread_t tid[16];
 				unsigned started = 0;
 				for (unsigned i = 1; i < threads; i++)
@@ -622,6 +743,8 @@ int persist_adopt_items(struct persist *p, persist_adopt_fn fn, void *fn_arg, pe
 							p->st.dropped_changed++;
 						else if (d->state == DROP_CORRUPT)
 							p->st.dropped_corrupt++;
+						else if (d->state == DROP_UNVERIFIED)
+							p->st.dropped_unverified++;
 						else
 							p->st.dropped_other++;
 						p->st.dropped_bytes += d->len;
@@ -652,6 +775,8 @@ int persist_adopt_items(struct persist *p, persist_adopt_fn fn, void *fn_arg, pe
 		if (recs_len && !recs)
 			err = -ENOMEM;
 	}
+	if (p->keep_held && used > p->capacity)
+		p->capacity = used;
 	if (ftruncate(p->arenafd, (off_t)p->capacity) < 0 && !err)
 		err = -errno;
 	/* Whatever lies past the last item held goes back; the prefaulter
@@ -676,11 +801,13 @@ int persist_adopt_items(struct persist *p, persist_adopt_fn fn, void *fn_arg, pe
 	p->st.adopt_seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
 	if (p->st.records)
 		log_info("cache state %s: adopted %llu of %llu items (%.1f MB) in %.2f s; dropped %llu changed "
-			 "in SOURCE, %llu corrupt, %llu other; %llu moved over the space of dropped ones", p->dir,
+			 "in SOURCE, %llu corrupt, %llu not matching --manifest, %llu other; %llu moved over the "
+			 "space of dropped ones", p->dir,
 			 (unsigned long long)p->st.adopted, (unsigned long long)p->st.records,
 			 (double)p->st.adopted_bytes / 1e6, p->st.adopt_seconds,
 			 (unsigned long long)p->st.dropped_changed, (unsigned long long)p->st.dropped_corrupt,
-			 (unsigned long long)p->st.dropped_other, (unsigned long long)p->st.moved);
+			 (unsigned long long)p->st.dropped_unverified, (unsigned long long)p->st.dropped_other,
+			 (unsigned long long)p->st.moved);
 	if (p->st.torn_bytes)
 		log_info("cache state %s: the table's last %llu bytes did not parse (a record cut short or "
 			 "corrupt); the items they named were not adopted", p->dir,
@@ -692,6 +819,17 @@ void persist_get_stats(struct persist *p, struct persist_stats *s)
 {
 	*s = p->st;
 	s->record_errors = __atomic_load_n(&p->st.record_errors, __ATOMIC_RELAXED);
+}
+
+void persist_mark_kept(struct persist *p)
+{
+	char why[300];
+	int fd = trust_openat(p->dirfd, "owner", O_WRONLY | O_APPEND, 0600, why, sizeof(why));
+
+	if (fd < 0 || write(fd, "kept=1\n", 7) != 7)
+		log_warn("cache state %s: cannot mark it kept: %s", p->dir, fd < 0 ? why : strerror(errno));
+	if (fd >= 0)
+		close(fd);
 }
 
 void persist_close(struct persist *p)
@@ -729,51 +867,84 @@ void persist_default_dir(const char *root, const char *mountpoint, char *buf, si
 		 (unsigned long long)(XXH3_64bits(mountpoint, ml) & 0xffffffffu));
 }
 
-int persist_sweep(const char *root)
+/* Whether the orphaned state in DIRFD (its lock held by us) is to go:
+ * its OWNER file's mount point is gone, or no longer an epochfs mount
+ * (unmounted cleanly or by hand: no restart will come for it), unless it
+ * was kept on purpose (--persist always). A dead epochfs mount (a crash, a
+ * kill -9) keeps its state for the restart. */
+static int orphan_goes(int dirfd, char *mnt, size_t mlen)
 {
-	DIR *d = opendir(root);
-	struct dirent *e;
-	int removed = 0;
+	char line[4200], type[64];
+	int kept = 0, ofd = openat(dirfd, "owner", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	FILE *f;
+	struct stat sb;
 
-	if (!d)
+	*mnt = 0;
+	if (ofd < 0 || !(f = fdopen(ofd, "r"))) {
+		if (ofd >= 0)
+			close(ofd);
+		return 0;                   /* not a state we can read: left alone */
+	}
+	while (fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = 0;
+		if (!strncmp(line, "mountpoint=", 11))
+			snprintf(mnt, mlen, "%s", line + 11);
+		else if (!strcmp(line, "kept=1"))
+			kept = 1;
+	}
+	fclose(f);
+	if (!*mnt)
 		return 0;
+	if (stat(mnt, &sb) < 0 && errno == ENOENT)
+		return 1;
+	if (kept)
+		return 0;
+	return path_mount_type("/proc/self/mountinfo", mnt, type, sizeof(type)) != 1 ||
+	       strcmp(type, "fuse.epochfs") != 0;
+}
+
+int persist_sweep(const char *root, const char *except)
+{
+	char why[300], mnt[4200];
+	int rootfd = trust_dir(root, TRUST_OWN, NULL, why, sizeof(why)), removed = 0;
+	DIR *d;
+	struct dirent *e;
+
+	if (rootfd < 0)
+		return 0;
+	d = fdopendir(rootfd);
+	if (!d) {
+		close(rootfd);
+		return 0;
+	}
 	while ((e = readdir(d))) {
-		char dir[4096], line[4200], mnt[4200] = "";
-		FILE *f;
-		int fd, lock;
 		struct stat sb;
+		int fd, lock;
 
 		if (e->d_name[0] == '.')
 			continue;
-		snprintf(dir, sizeof(dir), "%s/%s", root, e->d_name);
-		fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (except && !strcmp(except, e->d_name))
+			continue;
+		fd = openat(rootfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (fd < 0)
 			continue;
-		lock = openat(fd, "lock", O_RDWR | O_CLOEXEC);
+		if (fstat(fd, &sb) < 0 || sb.st_uid != geteuid() || (sb.st_mode & 077)) {
+			close(fd);
+			continue;                   /* not one of ours */
+		}
+		lock = trust_openat(fd, "lock", O_RDWR, 0, why, sizeof(why));
 		if (lock < 0 || flock(lock, LOCK_EX | LOCK_NB) < 0) {
 			if (lock >= 0)
 				close(lock);
 			close(fd);
-			continue;           /* held, or not a state */
+			continue;                   /* held, or not a state */
 		}
-		int ofd = openat(fd, "owner", O_RDONLY | O_CLOEXEC);
-		if (ofd >= 0 && (f = fdopen(ofd, "r"))) {
-			while (fgets(line, sizeof(line), f))
-				if (!strncmp(line, "mountpoint=", 11)) {
-					snprintf(mnt, sizeof(mnt), "%s", line + 11);
-					mnt[strcspn(mnt, "\n")] = 0;
-				}
-			fclose(f);
-		} else if (ofd >= 0) {
-			close(ofd);
-		}
-		if (*mnt && stat(mnt, &sb) < 0 && errno == ENOENT) {
-			static const char *const files[] = { "arena", "table", "table.new", "owner", "lock" };
-			for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
-				unlinkat(fd, files[i], 0);
-			if (rmdir(dir) == 0) {
+		if (orphan_goes(fd, mnt, sizeof(mnt))) {
+			trust_empty_dir(fd);
+			if (unlinkat(rootfd, e->d_name, AT_REMOVEDIR) == 0) {
 				removed++;
-				log_info("removed the cache state %s: its mount point %s is gone", dir, mnt);
+				log_info("freed the cache state %s/%s: its daemon is gone and %s is no longer an "
+					 "epochfs mount", root, e->d_name, mnt);
 			}
 		}
 		close(lock);
@@ -781,6 +952,11 @@ int persist_sweep(const char *root)
 	}
 	closedir(d);
 	return removed;
+}
+
+void persist_default_root(char *buf, size_t len)
+{
+	snprintf(buf, len, "%s-%u", PERSIST_ROOT_PREFIX, (unsigned)geteuid());
 }
 
 static int adopt_into_cache(void *arg, uint32_t id, uint32_t chunk, const struct index_version *v,

@@ -33,6 +33,19 @@
  * state directory is refused. DIR/owner names the mount point and SOURCE,
  * for people and for persist_sweep().
  *
+ * Trust (util/trust.h): DIR is reached through directories nobody else can
+ * change, is the daemon user's and 0700 (a looser one has its contents
+ * discarded), and every file in it is opened without following links and
+ * checked (regular, ours, one link, 0600); a file that fails is removed and
+ * made anew. So the state is only ever written by this user's daemons, and
+ * adopting it trusts nothing more than that. The default root is per user
+ * (/dev/shm/epochfs-UID), so one user cannot block another's.
+ *
+ * Lifetime: a clean stop removes the state (persist_remove) unless the
+ * mount keeps it on purpose (persist_mark_kept); a crash, kill -9 or the
+ * OOM killer leaves it for the restart. persist_sweep() frees the
+ * orphans no restart will come for.
+ *
  * Thread safety: persist_record() and persist_cut() (the cache's hooks)
  * may be called from any thread; the rest from one thread, before the
  * cache serves or after it stopped.
@@ -46,10 +59,15 @@
 #include "cache.h"
 #include "index.h"
 
-#define PERSIST_FORMAT 1u
-#define PERSIST_DEFAULT_ROOT "/dev/shm/epochfs"
+#define PERSIST_FORMAT 2u                   /* 2: the header names the manifest in force */
+#define PERSIST_ROOT_PREFIX "/dev/shm/epochfs"  /* the default root is PREFIX-UID */
 
 struct persist;
+
+/* 0 if the LEN bytes of DATA, chunk CHUNK of entry ID at version V, are
+ * vouched for (the manifest), else nonzero: the item is not adopted. */
+typedef int (*persist_check_fn)(void *arg, uint32_t id, uint32_t chunk, const struct index_version *v,
+				const void *data, size_t len);
 
 struct persist_opts {
 	const char *dir;            /* the state directory; made (0700) when absent */
@@ -61,6 +79,15 @@ struct persist_opts {
 	int compact;                /* at adoption, move the items kept down over dropped ones
 				     * (through a mapping of the arena: the RAM cache only) */
 	const char *what;           /* the option that names DIR, for messages (NULL: --state-dir) */
+	int room_check;             /* refuse (-ENOSPC) a CAPACITY that would leave DIR's filesystem
+				     * less than persist_headroom() free */
+	int keep_held;              /* at adoption, items past CAPACITY are kept and CAPACITY grows to
+				     * hold them (the SSD tier at its default size) */
+	uint64_t manifest_id;       /* manifest_id() of --manifest, 0: none. A state made under
+				     * another one is checked item by item with CHECK (compact
+				     * states) or discarded */
+	persist_check_fn check;     /* see manifest_id; NULL: such states are discarded */
+	void *check_arg;
 };
 
 struct persist_stats {
@@ -70,6 +97,7 @@ struct persist_stats {
 	uint64_t adopted, adopted_bytes;
 	uint64_t dropped_changed;   /* its file changed in or left SOURCE */
 	uint64_t dropped_corrupt;   /* its bytes fail their checksum */
+	uint64_t dropped_unverified; /* made without this --manifest, and its bytes do not match it */
 	uint64_t dropped_other;     /* void (a cut), outside the arena, overlapping, a duplicate */
 	uint64_t dropped_bytes;     /* bytes of every dropped item */
 	uint64_t torn_bytes;        /* the table's tail that did not parse (a torn or corrupt record) */
@@ -85,15 +113,25 @@ typedef int (*persist_resolve_fn)(void *arg, const char *rel, size_t len, uint32
 /* The path of entry ID below SOURCE into BUF: its length, or -errno. */
 typedef int (*persist_path_fn)(void *arg, uint32_t id, char *buf, size_t len);
 
-/* Opens (or makes) the state directory: takes its lock, checks it is on
- * tmpfs, opens DIR/arena at CAPACITY bytes and reads DIR/table's header,
- * discarding a state that does not match (persist_get_stats() says why).
- * Returns 0 and *OUT, or -EBUSY (another daemon holds it), -EINVAL (not on
- * tmpfs), -errno; ERR gets one line. */
+/* Opens (or makes) the state directory: checks it (trust, above), takes
+ * its lock, checks it is on tmpfs and has room, opens DIR/arena at
+ * CAPACITY bytes and reads DIR/table's header, discarding a state that
+ * does not match (persist_get_stats() says why). Returns 0 and *OUT, or
+ * -EBUSY (another daemon holds it), -EINVAL (not on tmpfs), -EPERM (not
+ * trusted), -ENOSPC (no room), -errno; ERR gets one line. */
 int persist_open(const struct persist_opts *o, struct persist **out, char *err, size_t errlen);
+
+/* What persist_open leaves free on a filesystem of FS_SIZE bytes: a
+ * quarter of it, and at least half of it up to 1 GiB. */
+uint64_t persist_headroom(uint64_t fs_size);
 
 /* The arena file, for cache_opts.arena_fd; valid until persist_close(). */
 int persist_arena_fd(const struct persist *p);
+/* The arena opened again with FLAGS (O_DIRECT, ...), by its name in DIR
+ * without following links, checked to be the same file. fd or -errno. */
+int persist_reopen_arena(const struct persist *p, int flags);
+/* CAPACITY, or more after an adoption with keep_held. */
+uint64_t persist_capacity(const struct persist *p);
 
 /* Adopts the table's items into C (made on persist_arena_fd(), empty, not
  * serving yet) with THREADS threads hashing (0: one per CPU), punches the
@@ -130,13 +168,23 @@ const char *persist_dir(const struct persist *p);
 /* Releases the lock and closes the files; the state stays for the next
  * daemon. Call after cache_free(). NULL is fine. */
 void persist_close(struct persist *p);
+/* The same, after removing the state: its memory goes back (a clean stop). */
+void persist_remove(struct persist *p);
+/* Marks the state as kept on purpose at a clean stop (--persist always):
+ * persist_sweep() leaves it while its mount point exists. */
+void persist_mark_kept(struct persist *p);
 
+/* The default root of this user's states, PERSIST_ROOT_PREFIX-UID. */
+void persist_default_root(char *buf, size_t len);
 /* The default state directory for MOUNTPOINT (an absolute path) under
  * ROOT: a readable tail of the path and a hash of all of it. */
 void persist_default_dir(const char *root, const char *mountpoint, char *buf, size_t len);
 
-/* Removes the states under ROOT that no daemon holds and whose mount point
- * no longer exists (a temporary mount's leftovers). Returns how many. */
-int persist_sweep(const char *root);
+/* Frees the states under ROOT (a trusted root of this user's) that no
+ * daemon holds and no restart will come for: their mount point is gone, or
+ * is no longer an epochfs mount and the state was not kept on purpose. A
+ * dead epochfs mount (its daemon was killed) keeps its state. EXCEPT (a
+ * name in ROOT, or NULL) is left alone. Returns how many went. */
+int persist_sweep(const char *root, const char *except);
 
 #endif

@@ -35,6 +35,7 @@
 
 #include "log.h"
 #include "tier.h"
+#include "trust.h"
 
 #define ALIGN 4096ull
 #define FLOOR_STEP (64ull << 20)        /* space checked against the floor this often */
@@ -628,32 +629,44 @@ static int open_dir(struct tier *t, const struct tier_opts *o, unsigned k, persi
 		    persist_path_fn path, void *arg, char *err, size_t errlen)
 {
 	struct tdir *d = &t->dirs[k];
-	char sub[4200];
+	char sub[4200], why[400];
 	struct statvfs sv;
 	struct stat sb;
-	int e;
+	int e, fd;
 
 	d->fd = -1;
 	d->path = strdup(o->dirs[k]);
 	if (!d->path)
 		return -ENOMEM;
-	if (mkdir(d->path, 0700) < 0 && errno != EEXIST) {
-		e = -errno;
-		snprintf(err, errlen, "--cache-dir %s: %s", d->path, strerror(-e));
-		return e;
+	/* DIR itself may be shared (/tmp, a sticky scratch disk): only what
+	 * leads to it and our own subdirectory must be out of others' reach. */
+	fd = trust_dir(d->path, TRUST_CREATE, NULL, why, sizeof(why));
+	if (fd < 0) {
+		snprintf(err, errlen, "--cache-dir %s: not trusted: %s", d->path, why);
+		return fd;
 	}
-	if (stat(d->path, &sb) < 0 || !S_ISDIR(sb.st_mode) || statvfs(d->path, &sv) < 0) {
-		e = errno ? -errno : -ENOTDIR;
-		snprintf(err, errlen, "--cache-dir %s: %s", d->path, S_ISDIR(sb.st_mode) ? strerror(-e)
-			 : "not a directory");
+	if (fstat(fd, &sb) < 0 || fstatvfs(fd, &sv) < 0) {
+		e = -errno;
+		close(fd);
+		snprintf(err, errlen, "--cache-dir %s: %s", d->path, strerror(-e));
 		return e;
 	}
 	d->dev = sb.st_dev;
 	d->ino = sb.st_ino;
-	uint64_t fs_size = (uint64_t)sv.f_blocks * sv.f_frsize, avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+	/* The tier's own data is room it has, not room taken: sized from the
+	 * free space alone, a restart's tier came out smaller than what it
+	 * held and adoption cut it (67 of 351 items kept). */
+	uint64_t own = 0;
+	struct stat ab;
+	if (fstatat(fd, "epochfs-tier/arena", &ab, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(ab.st_mode) &&
+	    ab.st_uid == geteuid())
+		own = (uint64_t)ab.st_blocks * 512;
+	close(fd);
+	uint64_t fs_size = (uint64_t)sv.f_blocks * sv.f_frsize, avail = (uint64_t)sv.f_bavail * sv.f_frsize + own;
 	d->floor = fs_size / 100 * TIER_FLOOR_PERCENT;
 	d->size = o->sizes[k];
-	if (!d->size) {
+	int dflt = !d->size;
+	if (dflt) {
 		/* What the data needs, within what the disk has above its floor. */
 		d->size = avail > d->floor ? avail - d->floor : 0;
 		if (o->need && d->size > o->need)
@@ -672,17 +685,17 @@ static int open_dir(struct tier *t, const struct tier_opts *o, unsigned k, persi
 	}
 	snprintf(sub, sizeof(sub), "%s/epochfs-tier", d->path);
 	struct persist_opts po = { .dir = sub, .source = o->source, .mountpoint = o->mountpoint,
-				   .chunk = o->chunk, .capacity = d->size, .what = "--cache-dir" };
+				   .chunk = o->chunk, .capacity = d->size, .what = "--cache-dir",
+				   .keep_held = dflt, .manifest_id = o->manifest_id };
 	if ((e = persist_open(&po, &d->p, err, errlen)) < 0)
 		return e;
-	snprintf(sub, sizeof(sub), "%s/epochfs-tier/arena", d->path);
-	d->fd = o->buffered ? -1 : open(sub, O_RDWR | O_DIRECT | O_CLOEXEC);
+	d->fd = o->buffered ? -1 : persist_reopen_arena(d->p, O_RDWR | O_DIRECT);
 	d->direct = d->fd >= 0;
-	if (d->fd < 0 && (o->buffered || errno == EINVAL))
-		d->fd = open(sub, O_RDWR | O_CLOEXEC);      /* tmpfs and others: no O_DIRECT */
+	if (d->fd < 0 && (o->buffered || d->fd == -EINVAL))
+		d->fd = persist_reopen_arena(d->p, O_RDWR);     /* tmpfs and others: no O_DIRECT */
 	if (d->fd < 0) {
-		e = -errno;
-		snprintf(err, errlen, "--cache-dir %s: %s: %s", d->path, sub, strerror(-e));
+		e = d->fd;
+		snprintf(err, errlen, "--cache-dir %s: %s/arena: %s", d->path, sub, strerror(-e));
 		return e;
 	}
 	struct adopt_arg aa = { .t = t, .dir = k };
@@ -693,6 +706,8 @@ static int open_dir(struct tier *t, const struct tier_opts *o, unsigned k, persi
 		snprintf(err, errlen, "--cache-dir %s: cannot empty it: %s", d->path, strerror(-e));
 		return e;
 	}
+	if (persist_capacity(d->p) > d->size)
+		d->size = persist_capacity(d->p);
 	d->used = round_up(used);
 	d->checked = d->used;
 	return 0;

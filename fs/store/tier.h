@@ -57,6 +57,8 @@ struct tier_opts {
 	uint64_t need;              /* bytes the dataset's items take (the default size) */
 	int persist;                /* adopt and record (off: the tier starts empty every time) */
 	int buffered;               /* never O_DIRECT (--cache-dir-io buffered) */
+	uint64_t manifest_id;       /* manifest_id() of --manifest, 0: none; a tier written under
+				     * another (or none) is discarded, not read back unchecked */
 };
 
 struct tier_stats {
@@ -72,9 +74,13 @@ struct tier_stats {
 
 /* Opens the directories (made when absent) and adopts what they hold
  * (RESOLVE and PATH as for persist_adopt_items()), then starts the
- * completion and writer threads. Returns 0, or -EBUSY (another daemon
- * holds a directory), -ENOSPC (a directory's filesystem is already past
- * its floor, or cannot hold the size asked), -errno; ERR gets one line. */
+ * completion and writer threads. Each DIR must be trusted (util/trust.h:
+ * nobody else can change it, or it is sticky) and DIR/epochfs-tier is
+ * this user's, 0700. Returns 0, or -EBUSY (another daemon holds a
+ * directory), -ENOSPC (a directory's filesystem is already past its
+ * floor, or cannot hold the size asked), -EPERM (not trusted), -errno;
+ * ERR gets one line. At its default size a tier counts its own data as
+ * room it has, and never drops at adoption what its table holds. */
 int tier_open(const struct tier_opts *o, persist_resolve_fn resolve, persist_path_fn path, void *arg,
 	      struct tier **out, char *err, size_t errlen);
 /* Waits for the writes queued, stops the threads, closes. NULL is fine. */

@@ -108,10 +108,13 @@ def daemonset(docs):
     check(len(pm) == 1 and vols[pm[0]["name"]].get("configMap", {}).get("name") == cm["metadata"]["name"],
           "--peers-file is not from the ConfigMap")
     check(os.path.basename(peers_path) in cm["data"], "the ConfigMap has no %s" % os.path.basename(peers_path))
-    # The cache state on the host's tmpfs: the default state root.
-    st = [x for x in c["volumeMounts"] if x["mountPath"] == "/dev/shm/epochfs"]
+    # The cache state on the host's tmpfs: root's default state root, kept
+    # across the pod's clean restarts (upgrades) as well as crashes.
+    st = [x for x in c["volumeMounts"] if x["mountPath"] == "/dev/shm/epochfs-0"]
     check(len(st) == 1 and vols[st[0]["name"]].get("hostPath", {}).get("path", "").startswith("/dev/shm/"),
-          "the cache state (/dev/shm/epochfs) is not on the host's /dev/shm")
+          "the cache state (/dev/shm/epochfs-0) is not on the host's /dev/shm")
+    check("--persist" in words and words[words.index("--persist") + 1] == "always",
+          "the DaemonSet does not keep its cache across pod restarts (--persist always)")
     # Probes read MOUNTPOINT/.epochfs/stats.json.
     stats = os.path.join(mnt, ".epochfs", "stats.json")
     for p in ("readinessProbe", "startupProbe", "livenessProbe"):

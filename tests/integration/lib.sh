@@ -26,7 +26,7 @@ cleanup() {
 # daemons of this test left for mount points under $T.
 drop_states() {
 	local o
-	for o in /dev/shm/epochfs/*/owner; do
+	for o in /dev/shm/epochfs-"$(id -u)"/*/owner; do
 		[ -f "$o" ] && grep -q "^mountpoint=$T/" "$o" && rm -rf "$(dirname "$o")"
 	done
 	return 0

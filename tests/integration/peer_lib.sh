@@ -1,7 +1,8 @@
 # peer_lib.sh - several epochfs nodes for the peer tests: each with its own
 # mountpoint, port and stderr file, over one SOURCE. Needs lib.sh first.
 #   start_node R [env...] -- [options]: node R (NODE_WRAP, if set, prefixes
-#                        the command: nsenter into a host's network)
+#                        the command: nsenter into a host's network; NODE_SRC,
+#                        if set, is its SOURCE instead of $T/src)
 #   stop_node R: unmount and expect exit 0;  kill_node R: SIGKILL, lazy unmount
 #   total KEY: the sum of a stats.json value over the live nodes
 #   epoch_all SEED WHAT: all three nodes read every file, checked, settled
@@ -37,7 +38,7 @@ start_node() {
 	while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
 	[ "${1:-}" = -- ] && shift
 	mkdir -p "$T/m$r"
-	env "${envs[@]}" ${NODE_WRAP:-} "$EPOCHFS" -f --rank "$r" "$@" "$T/src" "$T/m$r" 2>"$T/err$r" &
+	env "${envs[@]}" ${NODE_WRAP:-} "$EPOCHFS" -f --rank "$r" "$@" "${NODE_SRC:-$T/src}" "$T/m$r" 2>"$T/err$r" &
 	NODE_PID[$r]=$!
 	NODE_UP[$r]=1
 	local i

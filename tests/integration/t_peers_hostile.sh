@@ -10,6 +10,12 @@
 #   - a manifest that does not match SOURCE is reported at mount and its
 #     unmatched files are read from storage only; one of another chunk size
 #     is refused;
+#   - a node that holds the secret and serves the files' previous version
+#     (same size, mtime copied back) is not believed by a node whose
+#     manifest was built before the change: records are bound to each
+#     file's version (ctime, inode), so the changed files are unverified and
+#     read from storage; lies a node cached before it had the manifest are
+#     dropped when it restarts with it;
 #   - an authenticated client that pipelines READs and never reads replies
 #     holds the daemon's memory at the reply budget (16 MiB a connection);
 #     the replies all arrive once it reads; one that floods past 256 is cut;
@@ -75,7 +81,7 @@ stop_node 1
 printf 'new\n' > "$T/src/added.txt"
 head -c 1000 /dev/urandom >> "$T/src/big97k.bin"
 start_node 0 -- --peers "$PEERS" --secret-file "$T/secret" --manifest "$T/src.manifest"
-grep -q "does not match SOURCE: 1 files not in it (first: added.txt), 1 sizes differ (first: big97k.bin)" "$T/err0" ||
+grep -q "does not match SOURCE: 1 files not in it (first: added.txt), 1 at another version (size, inode, mtime or ctime) (first: big97k.bin)" "$T/err0" ||
 	fail "mismatch not reported: $(cat "$T/err0")"
 [ "$(stat_of "$T/m0" manifest_unverified)" = 2 ] || fail "manifest_unverified $(stat_of "$T/m0" manifest_unverified)"
 [ "$(read_all 0 21)" = 0 ] || fail "reads with a partial manifest"
@@ -85,6 +91,44 @@ out=$("$EPOCHFS" -f --manifest "$T/small.manifest" "$T/src" "$T/m0" 2>&1) && fai
 echo "$out" | grep -q "built with 131072-byte chunks.*--chunk 262144" || fail "chunk mismatch: $out"
 ok "a manifest that does not match SOURCE is reported, its 2 unmatched files storage-only; another chunk size is refused"
 rm "$T/src/added.txt"
+
+# ---- a stale node: the files' previous version, same size and mtime -----
+"$MANIFEST" -q -o "$T/src.manifest" "$T/src" 2> "$T/manifest.err" || fail "epochfs-manifest: $(cat "$T/manifest.err")"
+cp -a "$T/src" "$T/old"
+python3 - "$T/src" <<'PY'
+import os, sys
+for d, _, fs in os.walk(sys.argv[1]):
+    for f in fs:
+        if not f.endswith(".jpg"):
+            continue
+        p = os.path.join(d, f)
+        st = os.stat(p)
+        b = bytearray(open(p, "rb").read())
+        b[len(b) // 2] ^= 0xff                      # same size, other bytes
+        open(p, "wb").write(bytes(b))
+        os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))   # the old mtime back
+PY
+NODE_SRC=$T/old start_node 1 -- --peers "$PEERS" --secret-file "$T/secret" --no-persist
+start_node 0 -- --peers "$PEERS" --secret-file "$T/secret" --manifest "$T/src.manifest" --no-persist
+start_node 2 -- --peers "$PEERS" --secret-file "$T/secret" --cache-remote
+changed=$(find "$T/src" -name '*.jpg' | wc -l)
+[ "$(stat_of "$T/m0" manifest_unverified)" -ge "$changed" ] || fail "manifest_unverified $(stat_of "$T/m0" manifest_unverified) < $changed changed files"
+drop_caches
+[ "$(read_all 0 41)" = 0 ] || fail "node 0 (manifest made before the change) served the old version"
+# Without a manifest the stale node is believed: that is what the manifest is for.
+old=$(read_all 2 42)
+[ "$old" -gt 0 ] || fail "the stale node was not asked (node 2 read every file right without a manifest)"
+kill_node 2
+start_node 2 -- --peers "$PEERS" --secret-file "$T/secret" --cache-remote --manifest "$T/src.manifest"
+dropped=$(stat_of "$T/m2" persist_dropped_unverified)
+[ "$dropped" -gt 0 ] || fail "the lies node 2 cached were adopted under the manifest (dropped $dropped)"
+drop_caches
+[ "$(read_all 2 43)" = 0 ] || fail "node 2, restarted with the manifest, served old bytes"
+ok "a stale node serving the previous version (same size, mtime copied): 0 old files past the manifest (without it: $old of $changed); a restart with it dropped the $dropped items it had cached and could not verify"
+stop_node 2
+stop_node 0
+stop_node 1
+rm -rf "$T/old"
 
 # ---- memory: a client that never reads replies --------------------------
 start_node 0 -- --peers "$PEERS" --secret-file "$T/secret" --cache-remote

@@ -1,6 +1,8 @@
 # A restarted daemon adopts the RAM cache its predecessor left in the state
-# directory (docs/cache.md, "Restarts"): after a clean stop and after kill -9
-# during fills and during reads, every byte read equals SOURCE's; a file
+# directory (docs/cache.md, "Restarts"). By default (--persist crash) a clean
+# stop gives the memory back and only a crash leaves the state; with
+# --persist always a clean stop keeps it too. After a clean stop (always)
+# and after kill -9 during fills and during reads, every byte read equals SOURCE's; a file
 # changed across the restart is served with its new bytes; a corrupt item
 # or table is dropped or discarded and counted, never served; a second
 # daemon on the same state directory, and a state directory off tmpfs, are
@@ -16,17 +18,28 @@ M=$T/mnt
 same() { diff -r -q "$T/src" "$M" >/dev/null || fail "$1: bytes through the mount differ from SOURCE"; }
 st() { stat_of "$M" "$1"; }
 
-mount_ep "$T/src" "$M" --cache-size 64M --state-dir "$S"
+# The default: the state lives while the daemon does, and a clean stop frees it.
+mount_ep "$T/src" "$M" --cache-size 64M
 [ "$(st persist)" = 1 ] || fail "persist is not on by default"
+dflt=$(st persist_state | sed 's/^on (crash): //')
+[ -d "$dflt" ] && [ "${dflt#/dev/shm/epochfs-$(id -u)/}" != "$dflt" ] || fail "default state not under the user's root: $(st persist_state)"
+[ "$(stat -c %a "$dflt")" = 700 ] && [ "$(stat -c %a "$(dirname "$dflt")")" = 700 ] || fail "the state or its root is not 0700"
+same "first mount"
+umount_ep
+[ ! -e "$dflt" ] || fail "a clean umount left the cache in $dflt ($(du -sh "$dflt" | cut -f1))"
+ok "by default a clean umount gives the RAM cache back: $dflt is gone"
+
+mount_ep "$T/src" "$M" --cache-size 64M --state-dir "$S" --persist always
 [ "$(st persist_found)" = 0 ] || fail "a new state directory was taken for an old one"
 same "first mount"
 files=$(st cache_items)
 [ "$files" = 240 ] || fail "expected 240 items cached, got $files"
 [ -f "$S/arena" ] && [ -f "$S/table" ] && grep -q "^mountpoint=$M\$" "$S/owner" || fail "state files missing"
 umount_ep
-ok "a first daemon fills the state directory"
+grep -qx "kept=1" "$S/owner" || fail "a state kept on purpose is not marked so"
+ok "a first daemon fills the state directory; --persist always keeps it at umount"
 
-mount_ep "$T/src" "$M" --cache-size 64M --state-dir "$S"
+mount_ep "$T/src" "$M" --cache-size 64M --state-dir "$S" --persist always
 [ "$(st persist_adopted)" = 240 ] || fail "adopted $(st persist_adopted) of 240 items after a clean stop"
 same "after a clean restart"
 [ "$(st storage_read_bytes)" = 0 ] || fail "a restarted epoch read $(st storage_read_bytes) bytes from storage"
@@ -45,7 +58,7 @@ b[len(b) // 2] ^= 0xff
 open(p, "wb").write(bytes(b))
 PY
 touch -r "$T/ref" "$T/src/$f"
-mount_ep "$T/src" "$M" --cache-size 64M --state-dir "$S"
+mount_ep "$T/src" "$M" --cache-size 64M --state-dir "$S" --persist always
 [ "$(st persist_dropped_changed)" = 1 ] || fail "changed file: dropped_changed=$(st persist_dropped_changed)"
 [ "$(st persist_adopted)" = 239 ] || fail "changed file: adopted $(st persist_adopted)"
 cmp -s "$T/src/$f" "$M/$f" || fail "a file changed across the restart was served with old bytes"
@@ -59,7 +72,7 @@ import sys
 with open(sys.argv[1], "r+b") as f:
     f.seek(200000); b = f.read(1); f.seek(200000); f.write(bytes([b[0] ^ 0x40]))
 PY
-mount_ep "$T/src" "$M" --cache-size 64M --state-dir "$S"
+mount_ep "$T/src" "$M" --cache-size 64M --state-dir "$S" --persist always
 [ "$(st persist_dropped_corrupt)" = 1 ] || fail "corrupt item: dropped_corrupt=$(st persist_dropped_corrupt)"
 [ "$(st persist_adopted)" = 239 ] || fail "corrupt item: adopted $(st persist_adopted)"
 same "after an item was corrupted in the state"
@@ -77,7 +90,7 @@ ok "a second daemon on the same state directory is refused: $(cat "$T/second.err
 
 # A corrupt table header: the whole state is discarded, in one line.
 printf 'XXXX' | dd of="$S/table" bs=1 seek=16 conv=notrunc status=none
-mount_ep "$T/src" "$M" --cache-size 64M --state-dir "$S"
+mount_ep "$T/src" "$M" --cache-size 64M --state-dir "$S" --persist always
 [ "$(st persist_discarded)" = 1 ] && [ "$(st persist_adopted)" = 0 ] || fail "corrupt table not discarded"
 grep -q "discarded: its table's header is missing or corrupt" "$T/daemon.err" || fail "no discard line"
 same "after the table was corrupted"
@@ -86,7 +99,7 @@ ok "a corrupt table is discarded whole and the cache refills"
 
 # Another SOURCE on the same state directory.
 mkdir -p "$T/src2/d" && printf 'other\n' > "$T/src2/d/x"
-mount_ep "$T/src2" "$M" --cache-size 64M --state-dir "$S"
+mount_ep "$T/src2" "$M" --cache-size 64M --state-dir "$S" --persist always
 grep -q "discarded: it was made for another SOURCE" "$T/daemon.err" || fail "another SOURCE was not discarded"
 [ "$(cat "$M/d/x")" = other ] || fail "another SOURCE: wrong bytes"
 umount_ep
@@ -122,19 +135,47 @@ fi
 grep -q "is not on tmpfs" "$T/tmpdir.err" || fail "off tmpfs: $(cat "$T/tmpdir.err")"
 ok "a state directory off tmpfs is refused"
 
-# A full tmpfs refuses admissions: no SIGBUS, every byte right.
+# A state filesystem too small for the cache and its headroom (Docker's
+# 64 MiB /dev/shm): the cache lives in anonymous memory, said in one line.
 mkdir -p "$T/small"
 mount -t tmpfs -o size=8M tmpfs "$T/small" || skip "cannot mount a tmpfs"
-mount_ep "$T/src" "$M" --cache-size 64M --state-dir "$T/small/s" --prefault 0
-same "with a full state tmpfs"
-[ "$(st cache_no_space)" -ge 1 ] || fail "no admission was refused for lack of space"
-kill -0 "$EP_PID" || fail "the daemon died on a full tmpfs"
+mount_ep "$T/src" "$M" --cache-size 64M --state-dir "$T/small/s"
+same "with a small state tmpfs"
+[ "$(st persist)" = 0 ] || fail "a 64 MiB cache was put on an 8 MiB tmpfs"
+st persist_state | grep -q "^off: .*leave less than the 4 MiB kept for others" || fail "persist_state: $(st persist_state)"
+[ "$(grep -c "the cache uses anonymous memory" "$T/daemon.err")" = 1 ] || fail "not said once: $(cat "$T/daemon.err")"
+[ "$(df --output=used -B1 "$T/small" | tail -1)" -lt $((1 << 20)) ] || fail "the small tmpfs was used"
 umount_ep
-ok "a full state tmpfs stops admissions ($(du -sh "$T/small" | cut -f1) used), the daemon serves on"
+umount "$T/small"
+ok "a state tmpfs too small for the cache and its headroom: anonymous memory, one line"
+
+# Others take the state tmpfs while the cache fills: admissions stop at the
+# headroom (no SIGBUS, the last of it stays for others), every byte right.
+mount -t tmpfs -o size=256M tmpfs "$T/small" || skip "cannot mount a tmpfs"
+mount_ep "$T/src" "$M" --cache-size 64M --state-dir "$T/small/s" --prefault 0
+[ "$(st persist)" = 1 ] || fail "a 64 MiB cache did not fit a 256 MiB tmpfs: $(st persist_state)"
+head -c $((150 << 20)) /dev/zero > "$T/small/filler"      # PyTorch's batches, say
+same "with the state tmpfs taken by others"
+[ "$(st cache_no_space)" -ge 1 ] || fail "no admission was refused for lack of room"
+free=$(df --output=avail -B1 "$T/small" | tail -1)
+[ "$free" -ge $((100 << 20)) ] || fail "the cache took the state tmpfs down to $free bytes free"
+kill -0 "$EP_PID" || fail "the daemon died on a tight tmpfs"
+umount_ep
+ok "others filling the state tmpfs: admissions stop at its headroom ($((free >> 20)) MiB left free)"
 umount "$T/small"
 
 # --no-persist: anonymous memory, nothing kept.
+# An earlier state of this mount point (kill -9) is freed, not left behind.
+mount_ep "$T/src" "$M" --cache-size 64M
+dflt=$(st persist_state | sed 's/^on (crash): //')
+same "before a kill -9"
+kill -9 "$EP_PID"; wait "$EP_PID" 2>/dev/null; EP_PID=
+fusermount3 -uz "$M" 2>/dev/null
+[ -d "$dflt" ] || fail "kill -9 did not leave the state $dflt"
 mount_ep "$T/src" "$M" --cache-size 64M --no-persist
 [ "$(st persist)" = 0 ] || fail "--no-persist still persists"
+[ "$(st persist_state)" = "off (--persist off)" ] || fail "persist_state: $(st persist_state)"
+[ ! -e "$dflt" ] || fail "--no-persist left the earlier state $dflt"
+grep -q "freed the cache state $dflt" "$T/daemon.err" || fail "not said: $(cat "$T/daemon.err")"
 umount_ep
-ok "--no-persist keeps nothing"
+ok "--no-persist keeps nothing, and frees what a killed daemon left"

@@ -16,7 +16,7 @@ trap 'mountpoint -q "$T/m" && umount -l "$T/m"; rm -rf "$STATE"; cleanup' EXIT
 	fail "make install: $(tail -5 "$T/install.out")"
 UNIT=$R/usr/local/lib/systemd/system/epochfs@.service
 [ -f "$UNIT" ] || fail "the unit was not installed"
-grep -q "^ExecStart=/usr/local/bin/epochfs --foreground \$OPTIONS \${SOURCE} %f$" "$UNIT" || fail "ExecStart: $(grep ExecStart= "$UNIT")"
+grep -q "^ExecStart=/usr/local/bin/epochfs --foreground --persist always \$OPTIONS \${SOURCE} %f$" "$UNIT" || fail "ExecStart: $(grep ExecStart= "$UNIT")"
 grep -q "^EnvironmentFile=/etc/epochfs/%i.conf$" "$UNIT" || fail "EnvironmentFile: $(grep EnvironmentFile= "$UNIT")"
 
 "$GEN" "$T/src" --files 30 --classes 2 >/dev/null || fail "epochfs-gen"

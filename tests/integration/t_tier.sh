@@ -9,7 +9,7 @@
 . "$(dirname "$0")/lib.sh"
 S=/dev/shm/epochfs-t-tier.$$
 LOOPMNT=$T/ext4
-trap 'mountpoint -q "$LOOPMNT" 2>/dev/null && umount -l "$LOOPMNT"; cleanup; rm -rf "$S"' EXIT
+trap 'mountpoint -q "$LOOPMNT" 2>/dev/null && umount -l "$LOOPMNT"; mountpoint -q "$T/tight" 2>/dev/null && umount -l "$T/tight"; cleanup; rm -rf "$S"' EXIT
 "$GEN" "$T/src" --files 300 --classes 3 --seed 4 >/dev/null || fail "epochfs-gen"
 D=$(du -sb "$T/src" | cut -f1)
 M=$T/mnt
@@ -34,7 +34,7 @@ settle() { # until the tier's writes stop moving (0.2 s apart), at most 10 s
 }
 # Warnings the tier gives where this test breaks it on purpose.
 EP_ALLOWED_STDERR='SSD tier '
-OPTS=(--cache-size $((D / 4)) --state-dir "$S")
+OPTS=(--cache-size $((D / 4)) --state-dir "$S" --persist always)
 
 mount_ep "$T/src" "$M" "${OPTS[@]}" --cache-dir "$T/ssd"
 [ "$(st tier_dirs)" = 1 ] || fail "no tier"
@@ -159,6 +159,28 @@ wait_for sh -c "[ \"\$(python3 -c 'import json,sys; print(json.load(open(sys.arg
 same "after the tier's directory vanished"
 umount_ep
 ok "a tier directory that vanishes stops admissions; reads go on"
+
+# A tier at its default size on a disk its data fills: a restart counts
+# that data as the tier's own room, and adopts every item (sized from the
+# free space alone, it came out smaller than what it held and adoption
+# cut it: 67 of 351 items).
+truncate -s 64M "$T/tight.img" && mkfs.ext4 -q -F "$T/tight.img" 2>/dev/null && mkdir -p "$T/tight" &&
+	mount -o loop "$T/tight.img" "$T/tight" 2>/dev/null || skip "no loop-mounted ext4 here"
+mount_ep "$T/src" "$M" --cache-size $((D / 4)) --cache-dir "$T/tight/t"
+epoch 6 >/dev/null
+settle
+held=$(st tier_items) cap=$(st tier_capacity_bytes)
+umount_ep
+head -c $((10 << 20)) /dev/zero > "$T/tight/other"       # someone else's file too
+free=$(df --output=avail -B1 "$T/tight" | tail -1)
+[ "$free" -lt "$cap" ] || fail "the test needs a disk the tier's data fills ($free bytes free, tier $cap)"
+mount_ep "$T/src" "$M" --cache-size $((D / 4)) --cache-dir "$T/tight/t"
+[ "$(st tier_adopted)" = "$held" ] || fail "a restart at the default size adopted $(st tier_adopted) of $held items"
+[ "$(st tier_capacity_bytes)" -ge "$cap" ] || fail "the tier shrank from $cap to $(st tier_capacity_bytes) bytes"
+same "after a restart on a tight disk"
+umount_ep
+umount "$T/tight"
+ok "a default-size tier on a tight disk ($((free >> 20)) MiB free at restart) adopts all $held items"
 
 # The tier's filesystem turns read-only (an ext4 error, errors=remount-ro).
 truncate -s 64M "$T/ext4.img" && mkfs.ext4 -q -F "$T/ext4.img" 2>/dev/null && mkdir -p "$LOOPMNT" &&

@@ -2,7 +2,10 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <sodium.h>
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "helpers.h"
 #include "index.h"
@@ -319,10 +322,16 @@ Test(manifest, load_refuses_any_flipped_byte)
 	cr_expect_eq(load_bytes(b, len, err, sizeof(err)), -EBADMSG);
 	cr_expect(strstr(err, "not an epochfs manifest"), "%s", err);
 	b[0] ^= 1;
-	b[8] = 2;                       /* version */
+	b[8] = 3;                       /* version */
 	reseal(b, len);
 	cr_expect_eq(load_bytes(b, len, err, sizeof(err)), -ENOTSUP);
-	cr_expect(strstr(err, "version 2"), "%s", err);
+	cr_expect(strstr(err, "version 3"), "%s", err);
+	/* Format 1 bound files by path and size only: refused, with the fix. */
+	b[8] = 1;
+	reseal(b, len);
+	cr_expect_eq(load_bytes(b, len, err, sizeof(err)), -ENOTSUP);
+	cr_expect(strstr(err, "format 1 binds files by path and size only") &&
+		  strstr(err, "rebuild it with this epochfs-manifest"), "%s", err);
 	free(b);
 }
 
@@ -444,7 +453,7 @@ Test(manifest, bind_matches_the_same_tree)
 	cr_expect_eq(r.matched, 4);
 	cr_expect_eq(r.missing, 0);
 	cr_expect_eq(r.extra, 0);
-	cr_expect_eq(r.size_differs, 0);
+	cr_expect_eq(r.version_differs, 0);
 	cr_expect_str_empty(r.first_missing);
 	for (uint32_t id = INDEX_ROOT; id <= index_count(ix); id++) {
 		struct index_attr a;
@@ -467,7 +476,7 @@ Test(manifest, bind_matches_the_same_tree)
 	cr_expect_eq(manifest_file_of(m, 0), -ENOENT);
 }
 
-Test(manifest, bind_reports_missing_extra_and_size_changes)
+Test(manifest, bind_reports_missing_extra_and_version_changes)
 {
 	struct manifest_report r;
 	char p[4200];
@@ -485,14 +494,53 @@ Test(manifest, bind_reports_missing_extra_and_size_changes)
 	cr_expect_str_eq(r.first_missing, "d1/new");
 	cr_expect_eq(r.extra, 1);
 	cr_expect_str_eq(r.first_extra, "e");
-	cr_expect_eq(r.size_differs, 1);
-	cr_expect_str_eq(r.first_size, "plus");
-	/* The changed file stays bound: its checks fail rather than pass. */
-	uint32_t plus = index_lookup(ix, INDEX_ROOT, "plus");
+	cr_expect_eq(r.version_differs, 1);
+	cr_expect_str_eq(r.first_version, "plus");
+	/* The changed file stays bound, and unverified: its version is not the record's. */
+	uint32_t plus = index_lookup(ix, INDEX_ROOT, "plus"), f;
 	int rec = manifest_file_of(m, plus);
 	cr_assert_eq(rec, manifest_find(m, "plus", 4, &size));
 	cr_expect_eq(size, CH + 1);
+	struct index_attr a;
+	cr_assert_eq(index_get(ix, plus, &a), 0);
+	cr_expect_eq(manifest_verifiable(m, plus, &a.v, &f), 0);
+	uint32_t one = index_lookup(ix, INDEX_ROOT, "one");
+	cr_assert_eq(index_get(ix, one, &a), 0);
+	cr_expect_eq(manifest_verifiable(m, one, &a.v, &f), 1);
+	cr_expect_eq(f, (uint32_t)manifest_find(m, "one", 3, NULL));
 	uint32_t nw = index_lookup(ix, index_lookup(ix, INDEX_ROOT, "d1"), "new");
 	cr_assert_neq(nw, 0);
 	cr_expect_eq(manifest_file_of(m, nw), -ENOENT);
+}
+
+/* A file rewritten in place with the same size and its mtime copied back:
+ * format 1 still "verified" the old bytes a lying peer sent. Its ctime
+ * moved, so its record no longer vouches for it. */
+Test(manifest, a_rewrite_with_the_old_mtime_is_unverified)
+{
+	struct manifest_report r;
+	struct index_attr a;
+	struct timespec ts[2];
+	struct stat st;
+	char p[4200];
+	uint32_t f;
+
+	build_save_load(CH);
+	snprintf(p, sizeof(p), "%s/one", dir);
+	cr_assert_eq(stat(p, &st), 0);
+	ts[0] = st.st_atim;
+	ts[1] = st.st_mtim;
+	struct timespec pause = { 0, 20 * 1000 * 1000 };
+	nanosleep(&pause, NULL);                    /* a ctime tick apart */
+	put_file("one", CH, 99);                    /* same size, other bytes */
+	cr_assert_eq(utimensat(AT_FDCWD, p, ts, 0), 0);
+	cr_assert_eq(index_scan(rootfd, NULL, &ix), 0);
+	cr_assert_eq(manifest_bind(m, ix, &r), 0);
+	cr_expect_eq(r.version_differs, 1);
+	cr_expect_str_eq(r.first_version, "one");
+	uint32_t one = index_lookup(ix, INDEX_ROOT, "one");
+	cr_assert_eq(index_get(ix, one, &a), 0);
+	cr_expect_eq(a.v.mtime_ns, (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec);
+	cr_expect_eq(manifest_verifiable(m, one, &a.v, &f), 0, "a file at another version was verifiable");
+	cr_expect_neq(manifest_id(m), 0);
 }

@@ -79,7 +79,7 @@ Test(options, errors_are_named)
 	cr_expect_eq(parse(&o, err, "-o", "a,,b", "s", "m", NULL), -EINVAL);
 	cr_expect_eq(parse(&o, err, "", "m", NULL), -EINVAL);
 	cr_expect_eq(parse(&o, err, "--state-dir", "/dev/shm/x", "--no-persist", "s", "m", NULL), -EINVAL);
-	cr_expect(strstr(err, "--state-dir and --no-persist"), "%s", err);
+	cr_expect(strstr(err, "--state-dir with --persist off (or --no-persist)"), "%s", err);
 	cr_expect_eq(parse(&o, err, "--state-dir", "", "s", "m", NULL), -EINVAL);
 }
 
@@ -89,12 +89,19 @@ Test(options, persist_options)
 	char err[256];
 
 	cr_assert_eq(parse(&o, err, "s", "m", NULL), 0);
-	cr_expect_eq(o.no_persist, 0, "the cache persists by default");
+	cr_expect_eq(o.persist_mode, PERSIST_MODE_CRASH, "the cache outlives a crash, not a clean stop, by default");
 	cr_expect_null(o.state_dir);
 	cr_assert_eq(parse(&o, err, "--state-dir", "/dev/shm/x", "s", "m", NULL), 0);
 	cr_expect_str_eq(o.state_dir, "/dev/shm/x");
 	cr_assert_eq(parse(&o, err, "--no-persist", "s", "m", NULL), 0);
-	cr_expect_eq(o.no_persist, 1);
+	cr_expect_eq(o.persist_mode, PERSIST_MODE_OFF);
+	cr_assert_eq(parse(&o, err, "--persist", "always", "s", "m", NULL), 0);
+	cr_expect_eq(o.persist_mode, PERSIST_MODE_ALWAYS);
+	cr_assert_eq(parse(&o, err, "-o", "persist=off", "s", "m", NULL), 0, "%s", err);
+	cr_expect_eq(o.persist_mode, PERSIST_MODE_OFF);
+	cr_expect_eq(parse(&o, err, "--persist", "sometimes", "s", "m", NULL), -EINVAL);
+	cr_expect(strstr(err, "--persist sometimes: expected crash, always or off"), "%s", err);
+	cr_expect_eq(parse(&o, err, "--persist", "off", "--state-dir", "/dev/shm/x", "s", "m", NULL), -EINVAL);
 }
 
 Test(options, tier_options)
@@ -240,7 +247,7 @@ Test(options, o_spellings_and_mount_helper_order)
 	cr_expect_str_eq(o.source, "s");
 	cr_expect_str_eq(o.mountpoint, "m");
 	cr_expect_eq(o.cache_size, 64ull << 20);
-	cr_expect_eq(o.no_persist, 1);
+	cr_expect_eq(o.persist_mode, PERSIST_MODE_OFF);
 	cr_expect_eq(o.threads, 4);
 	cr_expect_str_eq(o.fuse_opts, "rw,allow_other", "FUSE keeps its own; mount's are dropped");
 	cr_assert_eq(parse(&o, err, "-ostate_dir=/dev/shm/q,cache_dir=/a,cache_dir=/b", "s", "m", NULL), 0, "%s", err);

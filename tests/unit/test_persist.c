@@ -10,12 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include "cache.h"
+#include "helpers.h"
 #include "persist.h"
 
-#define CHUNK 4096u
+#define CHUNK 16384u       /* every test item is one whole piece of its file */
 #define CAP (1u << 20)
 
 /* The stub "index": file i is "d/fI" at version VERS[i]. */
@@ -94,12 +96,14 @@ static void stop(struct daemon *d)
 	persist_close(d->p);
 }
 
-/* Loads file ID's chunk 0 (LEN bytes of value ID + SALT). */
+/* Loads file ID's chunk 0 (LEN bytes of value ID + SALT): the file is LEN
+ * bytes long now, as the daemon's items are always a whole piece. */
 static void load(struct cache *c, uint32_t id, size_t len, int salt)
 {
 	struct cache_ref ref;
 	struct cache_waiter w = { 0 };
 
+	vers[id].size = len;
 	cr_assert_eq(cache_get(c, id, 0, &vers[id], len, &w, &ref), CACHE_LOAD);
 	memset(ref.data, (int)(id + salt), len);
 	cache_loaded(c, &ref, 1);
@@ -356,27 +360,62 @@ Test(persist, default_dirs_are_distinct_and_readable)
 	cr_expect_str_neq(a, b);
 }
 
-Test(persist, sweep_removes_states_of_vanished_mounts_only)
+/* Writes a state directory NAME under ROOT as a daemon leaves it: 0700,
+ * lock and owner 0600, OWNER's text. */
+static void fake_state(const char *root, const char *name, const char *owner)
 {
-	char root[300], d1[400], d2[400], cmd[2400];
+	char d[400], cmd[4000];
 	FILE *f;
 
-	snprintf(root, sizeof(root), "%s.sweep", state);
-	snprintf(d1, sizeof(d1), "%s/gone", root);
-	snprintf(d2, sizeof(d2), "%s/here", root);
-	snprintf(cmd, sizeof(cmd), "mkdir -p '%s' '%s' && touch '%s/lock' '%s/lock' '%s/arena'", d1, d2, d1, d2, d1);
+	snprintf(d, sizeof(d), "%s/%s", root, name);
+	snprintf(cmd, sizeof(cmd), "mkdir -p '%s' && chmod 700 '%s' '%s' && touch '%s/lock' '%s/arena' && "
+		 "chmod 600 '%s/lock' '%s/arena'", d, root, d, d, d, d, d);
 	cr_assert_eq(system(cmd), 0);
-	snprintf(cmd, sizeof(cmd), "%s/owner", d1);
+	snprintf(cmd, sizeof(cmd), "%s/owner", d);
 	f = fopen(cmd, "w");
-	fprintf(f, "mountpoint=/nonexistent/epochfs-ut\nsource=/x\n");
+	cr_assert(f);
+	fputs(owner, f);
 	fclose(f);
-	snprintf(cmd, sizeof(cmd), "%s/owner", d2);
-	f = fopen(cmd, "w");
-	fprintf(f, "mountpoint=%s\nsource=/x\n", src);
-	fclose(f);
-	cr_expect_eq(persist_sweep(root), 1);
-	cr_expect_neq(access(d1, F_OK), 0);
-	cr_expect_eq(access(d2, F_OK), 0);
+	chmod(cmd, 0600);
+}
+
+static int exists(const char *root, const char *name)
+{
+	char d[600];
+
+	snprintf(d, sizeof(d), "%s/%s", root, name);
+	return access(d, F_OK) == 0;
+}
+
+Test(persist, sweep_frees_orphans_no_restart_will_come_for)
+{
+	char root[300], text[600], cmd[400];
+
+	snprintf(root, sizeof(root), "%s.sweep", state);
+	fake_state(root, "gone", "mountpoint=/nonexistent/epochfs-ut\nsource=/x\n");
+	snprintf(text, sizeof(text), "mountpoint=%s\nsource=/x\n", src);
+	fake_state(root, "unmounted", text);        /* a plain directory now: nobody restarts it */
+	snprintf(text, sizeof(text), "mountpoint=%s\nsource=/x\nkept=1\n", src);
+	fake_state(root, "kept", text);             /* --persist always */
+	fake_state(root, "mine", "mountpoint=/nonexistent/mine\nsource=/x\n");
+	/* Held by a live daemon: never touched. */
+	fake_state(root, "held", "mountpoint=/nonexistent/held\nsource=/x\n");
+	snprintf(cmd, sizeof(cmd), "%s/held/lock", root);
+	int lk = open(cmd, O_RDWR);
+	cr_assert_geq(lk, 0);
+	cr_assert_eq(flock(lk, LOCK_EX), 0);
+	cr_expect_eq(persist_sweep(root, "mine"), 2);
+	cr_expect(!exists(root, "gone"));
+	cr_expect(!exists(root, "unmounted"));
+	cr_expect(exists(root, "kept"));
+	cr_expect(exists(root, "mine"), "the state of the mount being made was swept");
+	cr_expect(exists(root, "held"));
+	close(lk);
+	/* A state another user could write is not ours to judge: left alone. */
+	snprintf(cmd, sizeof(cmd), "chmod 777 '%s/held'", root);
+	cr_assert_eq(system(cmd), 0);
+	cr_expect_eq(persist_sweep(root, "mine"), 0);
+	cr_expect(exists(root, "held"));
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
 	cr_expect_eq(system(cmd), 0);
 }
@@ -435,4 +474,149 @@ Test(persist, a_smaller_budget_keeps_what_fits)
 	cr_assert_eq(stat(path, &sb), 0);
 	cr_expect_eq((uint64_t)sb.st_size, po.capacity, "the arena file keeps the budget's length");
 	stop(&a);
+}
+
+/* Another user's planted links in a state directory that was once
+ * writable by others: the state is discarded, nothing is written through
+ * them, and the directory is private again. */
+Test(persist, a_state_others_could_write_is_discarded_and_writes_no_link)
+{
+	struct daemon a;
+	char cmd[1400], victim[300];
+	struct stat st;
+
+	cr_assert_eq(start(&a, CHUNK, NULL), 0);
+	for (uint32_t i = 1; i <= 3; i++)
+		load(a.c, i, 10000, 0);
+	stop(&a);
+	snprintf(victim, sizeof(victim), "%s/victim", src);
+	th_write(src, "victim", "root-only");
+	chmod(victim, 0600);
+	snprintf(cmd, sizeof(cmd), "chmod 777 '%s' && rm -f '%s/owner' && ln -s '%s' '%s/owner'", state, state,
+		 victim, state);
+	cr_assert_eq(system(cmd), 0);
+	cr_assert_eq(start(&a, CHUNK, NULL), 0);
+	cr_expect_eq(a.st.adopted, 0, "adopted from a directory others could write");
+	cr_assert_eq(stat(state, &st), 0);
+	cr_expect_eq(st.st_mode & 0777, 0700);
+	char owner[400];
+	snprintf(owner, sizeof(owner), "%s/owner", state);
+	cr_assert_eq(lstat(owner, &st), 0);
+	cr_expect(S_ISREG(st.st_mode), "owner is still a link");
+	stop(&a);
+	FILE *f = fopen(victim, "r");
+	char buf[32] = "";
+	cr_assert(f);
+	cr_expect(fgets(buf, sizeof(buf), f) != NULL);
+	fclose(f);
+	cr_expect_str_eq(buf, "root-only", "the daemon wrote through a planted link");
+}
+
+/* A planted link in a private directory (root did it, or it survived from
+ * a looser past) is removed and the file made anew. */
+Test(persist, a_planted_arena_link_is_replaced)
+{
+	struct daemon a;
+	char cmd[1400], victim[300];
+
+	snprintf(victim, sizeof(victim), "%s/victim", src);
+	th_write(src, "victim", "precious");
+	snprintf(cmd, sizeof(cmd), "mkdir -p '%s' && chmod 700 '%s' && ln -s '%s' '%s/arena'", state, state, victim,
+		 state);
+	cr_assert_eq(system(cmd), 0);
+	cr_assert_eq(start(&a, CHUNK, NULL), 0);
+	load(a.c, 1, 10000, 0);
+	stop(&a);
+	struct stat st;
+	cr_assert_eq(stat(victim, &st), 0);
+	cr_expect_eq(st.st_size, 8, "the victim became the arena");
+}
+
+Test(persist, a_state_directory_of_another_user_is_refused)
+{
+	struct persist *p;
+	struct persist_opts po = { .dir = state, .source = src, .chunk = CHUNK, .capacity = CAP, .tmpfs = 1 };
+	char err[600];
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to make a directory of another user");
+	cr_assert_eq(mkdir(state, 0700), 0);
+	cr_assert_eq(chown(state, 65534, 65534), 0);
+	cr_expect_eq(persist_open(&po, &p, err, sizeof(err)), -EPERM);
+	cr_expect(strstr(err, "not trusted") && strstr(err, "owned by uid 65534"), "%s", err);
+}
+
+static uint32_t reject_id;
+
+static int check_all_but(void *arg, uint32_t id, uint32_t chunk, const struct index_version *v, const void *data,
+			 size_t len)
+{
+	(void)arg, (void)chunk, (void)v, (void)len;
+	/* The bytes handed over are the item's. */
+	cr_expect_eq(((const unsigned char *)data)[0], (unsigned char)id);
+	return id == reject_id;
+}
+
+/* Items made without the --manifest now in force are checked one by one
+ * (the RAM cache) or the state is discarded (a store that cannot). */
+Test(persist, a_state_made_under_another_manifest_is_checked_or_discarded)
+{
+	struct daemon a;
+	struct persist_opts po = { .dir = state, .source = src, .mountpoint = "/nowhere", .chunk = CHUNK,
+				   .capacity = CAP, .tmpfs = 1, .compact = 1, .manifest_id = 42,
+				   .check = check_all_but };
+	char err[600];
+
+	cr_assert_eq(start(&a, CHUNK, NULL), 0);
+	for (uint32_t i = 1; i <= 4; i++)
+		load(a.c, i, 10000, 0);
+	stop(&a);
+	reject_id = 3;
+	cr_assert_eq(persist_open(&po, &a.p, err, sizeof(err)), 0, "%s", err);
+	struct cache_opts co = { .capacity = CAP, .chunk = CHUNK, .max_items = 100, .arena_file = 1,
+				 .arena_fd = persist_arena_fd(a.p) };
+	cr_assert_eq(cache_new(&co, &a.c), 0);
+	cr_assert_eq(persist_adopt(a.p, a.c, resolve, path_of, NULL, 1), 0);
+	persist_get_stats(a.p, &a.st);
+	cr_expect_eq(a.st.adopted, 3);
+	cr_expect_eq(a.st.dropped_unverified, 1);
+	cr_expect_eq(hit(a.c, 3, 10000, 0), 0, "an item the manifest refused was adopted");
+	stop(&a);
+	/* Made under manifest 42 now: a restart under it checks nothing. */
+	reject_id = 1;
+	cr_assert_eq(persist_open(&po, &a.p, err, sizeof(err)), 0, "%s", err);
+	co.arena_fd = persist_arena_fd(a.p);
+	cr_assert_eq(cache_new(&co, &a.c), 0);
+	cr_assert_eq(persist_adopt(a.p, a.c, resolve, path_of, NULL, 1), 0);
+	persist_get_stats(a.p, &a.st);
+	cr_expect_eq(a.st.adopted, 3, "items checked under this manifest were checked again");
+	stop(&a);
+	/* Under manifest 43, without a checker: discarded whole, in one line. */
+	po.manifest_id = 43;
+	po.check = NULL;
+	po.compact = 0;
+	cr_assert_eq(persist_open(&po, &a.p, err, sizeof(err)), 0, "%s", err);
+	persist_get_stats(a.p, &a.st);
+	cr_expect(strstr(a.st.discarded, "made under another --manifest"), "%s", a.st.discarded);
+	persist_close(a.p);
+}
+
+Test(persist, remove_gives_everything_back)
+{
+	struct daemon a;
+	struct stat st;
+
+	cr_assert_eq(start(&a, CHUNK, NULL), 0);
+	load(a.c, 1, 10000, 0);
+	cache_free(a.c);
+	persist_remove(a.p);
+	cr_expect_neq(stat(state, &st), 0, "the state directory outlived a clean stop");
+}
+
+Test(persist, headroom_keeps_a_quarter_and_half_of_a_small_fs)
+{
+	cr_expect_eq(persist_headroom(64ull << 20), 32ull << 20);
+	cr_expect_eq(persist_headroom(256ull << 20), 128ull << 20);
+	cr_expect_eq(persist_headroom(2ull << 30), 1ull << 30);
+	cr_expect_eq(persist_headroom(24ull << 30), 6ull << 30);
 }

@@ -68,9 +68,13 @@ static struct tier *open_tier(uint64_t size, int persist)
 	return t;
 }
 
+/* Writes item ID (chunk 0, LEN bytes of FILL): the file is LEN bytes long
+ * now, as the daemon's items are always a whole piece of their file. */
 static void put(struct tier *t, uint32_t id, size_t len, int fill)
 {
 	void *buf;
+
+	vers[id].size = len;
 	struct tier_claim *cl = tier_claim(t, id, 0, &vers[id], len, &buf, NULL);
 
 	cr_assert_not_null(cl, "claim of %u", id);
