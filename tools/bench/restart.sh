@@ -5,10 +5,11 @@
 # (1) Epochs across a restart. Part 3's dataset (D bytes), a cache of D/2,
 #     epoch 0 fills it (one random-order epoch of epochfs-bench). Then the
 #     daemon stops, SOURCE's and the mount's page caches are dropped, a new
-#     daemon mounts, and one epoch runs: its storage bytes against D. Three
-#     ways: a clean stop (fusermount3 -u), kill -9, and --no-persist (the
-#     old behaviour: the epoch after the restart reads 1.0 D). Target: 0.5 D
-#     after either restart.
+#     daemon mounts, and one epoch runs: its storage bytes against D. Four
+#     ways: a clean stop (fusermount3 -u) with --persist always, kill -9
+#     with the default --persist crash, a clean stop with the default (the
+#     memory goes back: 1.0 D after it), and --no-persist (1.0 D). Target:
+#     0.5 D after the first two.
 # (2) Adoption speed. A dataset of large files (RESTART_GB GiB of 256 MiB
 #     files), all cached; RESTART_RUNS restarts: seconds the adoption took
 #     (persist_adopt_seconds) and from exec to a mount that serves, and
@@ -49,9 +50,10 @@ epoch() { "$BUILD/epochfs-bench" "$W/mnt" --epochs 1 --seed "$1" >/dev/null; }
 echo "== part 9: restarts"
 echo "(1) one epoch after a restart, cache D/2, D = $((D / 1000000)) MB ($FILES files)"
 printf '%-14s %10s %12s %9s %10s\n' "restart" "adopted" "storage MB" "of D" "epoch s"
-for how in clean kill9 no-persist; do
+for how in clean-always kill9 clean-default no-persist; do
 	rm -rf "$STATE"
 	opts=(--cache-size $((D / 2)) --state-dir "$STATE")
+	[ $how = clean-always ] && opts+=(--persist always)
 	[ $how = no-persist ] && opts=(--cache-size $((D / 2)) --no-persist)
 	drop
 	start "${opts[@]}" "$SRC"
@@ -81,7 +83,7 @@ fi
 BSRC=$(realpath "$BIG")
 rm -rf "$STATE"
 drop
-start --cache-size $((GB + 1))G --state-dir "$STATE" "$BSRC"
+start --cache-size $((GB + 1))G --state-dir "$STATE" --persist always "$BSRC"
 cat "$W/mnt"/d/*.bin > /dev/null
 # SOURCE's own page cache after the fill: the daemon drops what it reads.
 srcpc=$(fincore -b -n -o RES "$BSRC"/d/*.bin 2>/dev/null | awk '{s += $1} END {printf "%d", s}')
@@ -95,7 +97,7 @@ rates=""
 for r in $(seq "$RUNS") dropped; do
 	[ "$r" = dropped ] && drop
 	t0=$(date +%s.%N)
-	start --cache-size $((GB + 1))G --state-dir "$STATE" "$BSRC"
+	start --cache-size $((GB + 1))G --state-dir "$STATE" --persist always "$BSRC"
 	t1=$(date +%s.%N)
 	ab=$(stat_of persist_adopted_bytes)
 	as=$(stat_of persist_adopt_seconds)
