@@ -5,6 +5,10 @@ hook with a step timer (_timing.Timer): it is told when an iterator starts
 an epoch (and may hand it the epoch's indices, drawn already, through
 _epochfs_preset), and it wraps the iterator's __next__.
 
+The boot shim (_boot/sitecustomize.py) loads this module, under the private
+package name _epochfs_hook, once torch.utils.data.dataloader has run, and
+calls boot(): nothing of epochfs is in a process that never imports torch.
+
 How: a DataLoader iterator takes every index of an epoch through
 _BaseDataLoaderIter._next_index, from a fresh iterator of its sampler each
 epoch. When it asks for an epoch's first index, the hook takes that one and
@@ -18,9 +22,7 @@ would have, in the same order, and its draws from torch's global random
 stream happen at the very call where they happened without the hook (the
 epoch's first index); a sampler's own generator draws the rest of its epoch
 then rather than batch by batch, which changes no value it yields. No other
-random stream is touched. Nothing is imported into the job before
-torch itself is: the hook waits for torch.utils.data.dataloader to be
-imported. A dataset it cannot map (no `samples`/`imgs`/`files`, an
+random stream is touched. A dataset it cannot map (no `samples`/`imgs`/`files`, an
 IterableDataset), paths outside any epochfs mount, or a mount that takes no
 orders, is reported once on stderr and the job runs as before.
 
@@ -370,41 +372,29 @@ def _patch(dataloader_module):
     base.__next__ = __next__
 
 
-class _Finder:
-    """Patches torch.utils.data.dataloader right after it is imported."""
-    TARGET = "torch.utils.data.dataloader"
-
-    def find_spec(self, name, path=None, target=None):
-        if name != self.TARGET:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None and spec.loader is not None:
-                loader = spec.loader
-                exec_module = loader.exec_module
-
-                def exec_and_patch(module, exec_module=exec_module):
-                    exec_module(module)
-                    _patch(module)
-                loader.exec_module = exec_and_patch
-                return spec
-        return None
-
-
-def install(publish=True, timer=None):
+def install(publish=True, timer=None, dataloader=None):
     """Arms the hook in this process: PUBLISH tells mounts each epoch's
     order (epochfs-run); TIMER, a _timing.Timer, times each step
-    (epochfs-analyze). Arming twice only adds what the second call asks."""
+    (epochfs-analyze). DATALOADER is torch.utils.data.dataloader (imported
+    here when not given). Arming twice only adds what the second call
+    asks."""
     _state["publish"] = _state["publish"] or publish
     if timer is not None:
         _timer[0] = timer
     if _state["installed"]:
         return
+    if dataloader is None:
+        import torch.utils.data.dataloader as dataloader
+    _patch(dataloader)
     _state["installed"] = True
-    mod = sys.modules.get(_Finder.TARGET)
-    if mod is not None:
-        _patch(mod)
-    else:
-        sys.meta_path.insert(0, _Finder())
+
+
+def boot(dataloader):
+    """Called by the boot shim right after torch's DATALOADER module ran:
+    arms what the environment asks for (epochfs-analyze's timer, which
+    arms the order hook too with --order; else epochfs-run's order hook)."""
+    if os.environ.get("EPOCHFS_ANALYZE_OUT"):
+        from . import _timing
+        _timing.install_from_env(dataloader)
+    elif os.environ.get("EPOCHFS_RUN") == "1":
+        install(dataloader=dataloader)

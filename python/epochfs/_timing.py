@@ -1,5 +1,6 @@
 """The step timer epochfs-analyze puts into a training process (armed by
-the same startup hook as epochfs-run's order hook, see _hook.py).
+the same start-up hook as epochfs-run's order hook, and only once the job
+imports torch's DataLoader: see _boot/sitecustomize.py and _hook.py).
 
 The first DataLoader the job iterates is measured; the others run as
 before. Each step of it splits in two: the time inside the iterator's
@@ -756,11 +757,12 @@ class Timer:
             os._exit(0)
 
 
-def install_from_env():
-    """Arms the timer when epochfs-analyze asked for it (EPOCHFS_ANALYZE_OUT)."""
+def install_from_env(dataloader=None):
+    """Arms the timer when epochfs-analyze asked for it (EPOCHFS_ANALYZE_OUT);
+    DATALOADER as for _hook.install."""
     if not os.environ.get("EPOCHFS_ANALYZE_OUT"):
         return None
     timer = Timer.from_env()
     atexit.register(timer.at_exit)
-    _hook.install(publish=os.environ.get("EPOCHFS_RUN") == "1", timer=timer)
+    _hook.install(publish=os.environ.get("EPOCHFS_RUN") == "1", timer=timer, dataloader=dataloader)
     return timer

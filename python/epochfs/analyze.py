@@ -56,6 +56,7 @@ import epochfs
 from . import _mounts
 from ._model import Profile
 from ._timing import mem_room
+from .run import job_env
 
 MODES = ("as-is", "warm", "compute", "crowd")
 CROWD_MIN_STEPS = 12        # steps each crowd phase must measure for its ratio (two blocks past their settling)
@@ -840,11 +841,7 @@ def main(argv=None):
                 stats = json.load(f)
         except (OSError, ValueError):
             stats = None
-    env = os.environ.copy()
-    here = os.path.dirname(os.path.abspath(epochfs.__file__))
-    paths = [os.path.join(here, "_boot"), os.path.dirname(here)]
-    paths += [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env = job_env(os.environ)
     results, failed, notes = {}, None, []
     try:
         for mode in opts["runs"]:

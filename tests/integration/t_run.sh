@@ -5,7 +5,9 @@
 # order written is the order read (no workers: exactly; 2 workers: each
 # worker's files in sequence), a dataset the hook cannot map is reported once
 # and runs as before, the streams go with their loaders, and the prefetcher
-# served reads. Skipped where python3-torchvision is not installed.
+# served reads. Through the real launcher, a job that never imports torch
+# has the modules and sys.path it has without it. Skipped where
+# python3-torchvision is not installed.
 . "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3
 $PY -c 'import torch, torchvision' 2>/dev/null || skip "python3-torchvision is not installed"
@@ -19,6 +21,14 @@ RUN=$ROOT/$BUILD/epochfs-run
 "$GEN" "$T/src" --files 120 --classes 3 --seed 9 > /dev/null || fail "gen"
 D=$(du -sb --apparent-size "$T/src" | cut -f1)
 mount_ep "$T/src" "$T/m" --cache-size $((D / 4))
+
+# A job that never imports torch: not one module more, the same sys.path.
+probe='import sys, json; print(json.dumps([sorted(sys.modules), sys.path]))'
+PYTHONPATH="$T:" $PY -c "$probe" > "$T/bare.plain" || fail "bare job"
+PYTHONPATH="$T:" EPOCHFS_PYTHON=$PY "$RUN" -- $PY -c "$probe" > "$T/bare.hooked" 2> "$T/bare.err" || fail "bare job under epochfs-run"
+cmp -s "$T/bare.plain" "$T/bare.hooked" && [ ! -s "$T/bare.err" ] ||
+	fail "a job without torch sees more under epochfs-run: $(diff "$T/bare.plain" "$T/bare.hooked" | head -5) $(cat "$T/bare.err")"
+ok "a job that never imports torch: the same modules and sys.path under epochfs-run, nothing on stderr"
 
 $PY "$(dirname "$0")/run_job.py" "$T/m" > "$T/plain" 2> "$T/plain.err" || fail "plain job: $(cat "$T/plain.err")"
 p0=$(stat_of "$T/m" order_paths)
