@@ -733,8 +733,11 @@ def text_report(rep):
         return "epochfs-analyze: %s%s\n" % (rep["error"], ("\nnote: " + rep["failed"]) if rep.get("failed") else "")
     L = []
     j = rep["job"]
-    L.append("epochfs-analyze: %s, %d items in %d steps per epoch, %d DataLoader workers on %g CPUs"
-             % (j["dataset"], j["items_per_epoch"] or 0, j["steps_per_epoch"] or 0, j["workers"], j["cpus"]))
+    if not j["items_per_epoch"]:            # an infinite sampler (detectron2's): epochs are the job's to say
+        size = "a sampler without a length (no epoch size)"
+    else:
+        size = "%d items in %d steps per epoch" % (j["items_per_epoch"], j["steps_per_epoch"] or 0)
+    L.append("epochfs-analyze: %s, %s, %d DataLoader workers on %g CPUs" % (j["dataset"], size, j["workers"], j["cpus"]))
     e = rep.get("epoch_seconds")
     L.append("epoch: %s" % _fmt(e))
     parts = [("compute", rep.get("compute_seconds")), ("prep stall", rep.get("prep_stall_seconds")),
