@@ -5,42 +5,61 @@ hook with a step timer (_timing.Timer): it is told when an iterator starts
 an epoch (and may hand it the epoch's indices, drawn already, through
 _epochfs_preset), and it wraps the iterator's __next__.
 
+The boot shim (_boot/sitecustomize.py) loads this module, under the private
+package name _epochfs_hook, once torch.utils.data.dataloader has run, and
+calls boot(): nothing of epochfs is in a process that never imports torch.
+
 How: a DataLoader iterator takes every index of an epoch through
 _BaseDataLoaderIter._next_index, from a fresh iterator of its sampler each
-epoch. When it asks for an epoch's first index, the hook takes that one and
-the rest of the epoch's, keeps them, hands the iterator back as an iterator
-over that same list, maps the indices to files and writes them to
-MOUNT/.epochfs/order/STREAM, in the order the loader's workers will read
-them (their batches interleaved, see _reading_order).
+epoch. When it asks for an epoch's first index, the hook decides, before
+anything is drawn, whether this epoch's order can be known without changing
+what the job draws (sampler_plan), and if so maps its indices to files and
+writes them to MOUNT/.epochfs/order/STREAM, in the order the loader's
+workers will read them (their batches interleaved, see _reading_order).
 
-Training is unchanged, bit for bit: the sampler yields exactly what it
-would have, in the same order, and its draws from torch's global random
-stream happen at the very call where they happened without the hook (the
-epoch's first index); a sampler's own generator draws the rest of its epoch
-then rather than batch by batch, which changes no value it yields. No other
-random stream is touched. Nothing is imported into the job before
-torch itself is: the hook waits for torch.utils.data.dataloader to be
-imported. A dataset it cannot map (no `samples`/`imgs`/`files`, an
-IterableDataset), paths outside any epochfs mount, or a mount that takes no
-orders, is reported once on stderr and the job runs as before.
+DESIGN: training is unchanged, bit for bit; the order is a hint and gives
+way wherever the two could conflict. Only samplers whose every draw is known
+are read ahead, and each in the one way that leaves its draws where they
+were (sampler_plan):
+  take  torch's SequentialSampler, DistributedSampler, SubsetRandomSampler,
+        WeightedRandomSampler and RandomSampler without a generator of its
+        own, and plain lists or ranges of indices, draw all their
+        randomness when their first index is asked for (a RandomSampler
+        takes one seed from the global stream and draws the rest from a
+        private generator). That call is the hook's: it takes the first
+        index and the rest of the epoch along, and hands the loader an
+        iterator over the same list.
+  copy  a RandomSampler with its own generator draws from it as it goes
+        (a randperm per pass and one at the end, a randint per 32 indices
+        with replacement), and the job may draw from that generator too.
+        The hook reads the epoch from a copy of the sampler over a clone of
+        the generator's state; the job's sampler runs untouched.
+A BatchSampler is read as the sampler under it. Anything else (a custom or
+subclassed sampler, one without a length such as detectron2's and
+mmengine's infinite ones, a batch sampler of the job's own) is left alone,
+with one line on stderr: reading it ahead could drain it forever or move
+its draws. The epoch's size is checked against the order bound
+(MAX_ORDER) first. No other random stream is touched, and the global one
+never.
 
 Datasets mapped: ImageFolder and DatasetFolder (`samples`), anything with
 `samples`, `imgs` or `files` (paths, or tuples whose first item is one),
-Subset, ConcatDataset, nested. Samplers: any with a length (RandomSampler,
-SequentialSampler, DistributedSampler with set_epoch, BatchSampler and
-custom ones); one stream per DataLoader, per process (so per DDP rank),
-replaced at every epoch, removed with its DataLoader. Once a second, a
-loader with a stream also reports how long its iterators waited in
-__next__ ("#wait" lines after the order; epochfs-stat's wait column).
+Subset, ConcatDataset, nested. A dataset it cannot map (an IterableDataset
+among them), paths outside any epochfs mount, or a mount that takes no
+orders, is reported once on stderr and the job runs as before. One stream
+per DataLoader, per process (so per DDP rank), replaced at every epoch,
+removed with its DataLoader. Once a second, a loader with a stream also
+reports how long its iterators waited in __next__ ("#wait" lines after the
+order; epochfs-stat's wait column).
 """
 import bisect
+import copy
 import os
 import socket
 import sys
 import threading
-import weakref
-
 import time
+import weakref
 
 from ._mounts import mount_of, mounts, publish_order, report_wait
 
@@ -175,32 +194,111 @@ def _stream_name(loader):
     return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in name)[:64]
 
 
-def _publish(it, loader, indices):
-    """Writes the files of this epoch's INDICES (iterator IT of LOADER) in
-    order to the mount(s) they live on."""
+# ---- which samplers can be read ahead --------------------------------------
+
+def _torch_own(cls, base, names):
+    """Whether CLS is torch's BASE, or a subclass that changes none of the
+    NAMES its epoch depends on."""
+    return isinstance(cls, type) and issubclass(cls, base) and \
+        all(getattr(cls, n, None) is getattr(base, n) for n in names)
+
+
+def _plain_kind(s):
+    """"take", "copy" or None for S, a sampler of indices (not of batches)."""
+    from torch.utils.data import sampler as ts
+    from torch.utils.data.distributed import DistributedSampler
+    t = type(s)
+    if t in (list, tuple, range):
+        return "take"
+    if _torch_own(t, ts.RandomSampler, ("__iter__", "__len__", "num_samples")):
+        return "take" if s.generator is None else "copy"
+    for base in (ts.SequentialSampler, ts.SubsetRandomSampler, ts.WeightedRandomSampler, DistributedSampler):
+        if _torch_own(t, base, ("__iter__", "__len__")):
+            return "take"
+    return None
+
+
+def _is_batch_sampler(s):
+    from torch.utils.data import sampler as ts
+    return _torch_own(type(s), ts.BatchSampler, ("__iter__", "__len__"))
+
+
+def _sampler_name(s):
+    if _is_batch_sampler(s):
+        return "BatchSampler over %s" % type(s.sampler).__name__
+    return type(s).__name__
+
+
+def sampler_plan(sampler):
+    """How an epoch of SAMPLER (a DataLoader's index sampler: a sampler of
+    indices, or a BatchSampler over one) can be known without changing what
+    the job draws: ("take", n) or ("copy", n) (see the module's text), N
+    the number of indices an epoch has; else (None, 0), or (None, None)
+    for a sampler without a length. Draws nothing."""
+    inner = sampler.sampler if _is_batch_sampler(sampler) else sampler
+    kind = _plain_kind(inner)
+    if kind is None:
+        # The job's own code is not called, not even its __len__.
+        return None, (0 if hasattr(type(inner), "__len__") else None)
+    return kind, len(inner)
+
+
+def copy_order(sampler):
+    """An epoch of SAMPLER (whose plan is "copy") read from copies of it and
+    of the sampler under it, each with a clone of its generator: the job's
+    sampler and generator are not touched."""
+    import torch
+
+    def shadow(s):
+        if type(s) in (list, tuple, range):
+            return s
+        c = copy.copy(s)
+        if _is_batch_sampler(s):
+            c.sampler = shadow(s.sampler)
+        g = getattr(s, "generator", None)
+        if g is not None:
+            c.generator = torch.Generator(device=g.device)
+            c.generator.set_state(g.get_state())
+        return c
+    return list(iter(shadow(sampler)))
+
+
+def _plan(it, loader):
+    """Whether this epoch of iterator IT (of LOADER) gets an order, decided
+    before anything is drawn: (how, resolve, mapper), or None (said why,
+    once)."""
     from torch.utils.data.dataloader import _DatasetKind
     if getattr(it, "_dataset_kind", None) != _DatasetKind.Map:
         _say("iterable", "an IterableDataset has no order to tell; it runs as before")
-        return
-    sampler = it._index_sampler
-    try:
-        n = len(sampler)
-    except TypeError:
-        _say("nolen", "a sampler without a length: its order is not told")
-        return
-    if n > MAX_ORDER:
-        _say("huge", "an epoch of %d batches is more than an order holds; it runs as before" % n)
-        return
+        return None
+    mapper = _Mapper()
+    if not mapper.known:
+        _say("nomount", "no epochfs mount on this machine: nothing to tell")
+        return None
     resolve = _resolver(loader.dataset)
     if resolve is None:
         _say("unmapped:%s" % type(loader.dataset).__name__,
              "%s: cannot map its indices to files (no samples/imgs/files); it runs as before"
              % type(loader.dataset).__name__)
-        return
-    mapper = _Mapper()
-    if not mapper.known:
-        _say("nomount", "no epochfs mount on this machine: nothing to tell")
-        return
+        return None
+    sampler = it._index_sampler
+    how, n = sampler_plan(sampler)
+    name = _sampler_name(sampler)
+    if how is None:
+        why = "it has no length" if n is None else "not one of torch's own samplers"
+        _say("sampler:" + name, "%s: %s, so its indices cannot be had ahead without changing what it draws; "
+             "no order for it, the job runs as before" % (name, why))
+        return None
+    if n > MAX_ORDER:
+        _say("huge:" + name, "%s: an epoch of %d indices is more than an order holds (%d); it runs as before"
+             % (name, n, MAX_ORDER))
+        return None
+    return how, resolve, mapper
+
+
+def _publish(it, loader, indices, resolve, mapper):
+    """Writes the files of this epoch's INDICES (iterator IT of LOADER) in
+    order to the mount(s) they live on."""
     per_mount = {}
     outside = 0
     for i in _reading_order(it, indices):
@@ -302,28 +400,41 @@ def _patch(dataloader_module):
         it = self._sampler_iter
         if it is None or getattr(self, "_epochfs_iter", None) is it:
             return orig(self)
-        # The first index of an epoch: the sampler draws its randomness
-        # now, as it would have; take the rest of the epoch along.
+        # The first index of an epoch: looked at once, whatever is decided.
+        self._epochfs_iter = it
         preset = getattr(self, "_epochfs_preset", None)
         if preset is not None:
             # epochfs-analyze's warm run drew this epoch already (before the
             # workers were forked); it is handed the same indices.
             self._epochfs_preset = None
-            indices = list(preset)
-            if not indices:
-                raise StopIteration
-        else:
-            first = next(it)                # StopIteration: an empty epoch, as before
+            self._sampler_iter = self._epochfs_iter = iter(list(preset))
+            return next(self._sampler_iter)     # StopIteration: an empty epoch, as before
+        if not _state["publish"]:
+            return orig(self)
+        loader = self._epochfs_loader
+        try:
+            plan = _plan(self, loader)
+        except Exception as e:                  # never let the hook break training
+            _say("error:%s" % type(e).__name__, "order not told (%s: %s); the job runs as before"
+                 % (type(e).__name__, e))
+            plan = None
+        if plan is None:
+            return orig(self)
+        how, resolve, mapper = plan
+        if how == "take":
+            # The sampler draws its randomness now, at this call, as it would
+            # have; the rest of its epoch follows from that alone.
+            first = next(it)                    # StopIteration: an empty epoch, as before
             indices = [first]
             indices.extend(it)
-        self._sampler_iter = self._epochfs_iter = iter(indices)
-        loader = self._epochfs_loader
-        if _state["publish"]:
-            try:
-                _publish(self, loader, indices)
-            except Exception as e:          # never let the hook break training
-                _say("error:%s" % type(e).__name__, "order not told (%s: %s); the job runs as before"
-                     % (type(e).__name__, e))
+            self._sampler_iter = self._epochfs_iter = iter(indices)
+        try:
+            if how == "copy":
+                indices = copy_order(self._index_sampler)
+            _publish(self, loader, indices, resolve, mapper)
+        except Exception as e:                  # never let the hook break training
+            _say("error:%s" % type(e).__name__, "order not told (%s: %s); the job runs as before"
+                 % (type(e).__name__, e))
         return next(self._sampler_iter)
 
     orig_reset = base._reset
@@ -370,41 +481,29 @@ def _patch(dataloader_module):
     base.__next__ = __next__
 
 
-class _Finder:
-    """Patches torch.utils.data.dataloader right after it is imported."""
-    TARGET = "torch.utils.data.dataloader"
-
-    def find_spec(self, name, path=None, target=None):
-        if name != self.TARGET:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None and spec.loader is not None:
-                loader = spec.loader
-                exec_module = loader.exec_module
-
-                def exec_and_patch(module, exec_module=exec_module):
-                    exec_module(module)
-                    _patch(module)
-                loader.exec_module = exec_and_patch
-                return spec
-        return None
-
-
-def install(publish=True, timer=None):
+def install(publish=True, timer=None, dataloader=None):
     """Arms the hook in this process: PUBLISH tells mounts each epoch's
     order (epochfs-run); TIMER, a _timing.Timer, times each step
-    (epochfs-analyze). Arming twice only adds what the second call asks."""
+    (epochfs-analyze). DATALOADER is torch.utils.data.dataloader (imported
+    here when not given). Arming twice only adds what the second call
+    asks."""
     _state["publish"] = _state["publish"] or publish
     if timer is not None:
         _timer[0] = timer
     if _state["installed"]:
         return
+    if dataloader is None:
+        import torch.utils.data.dataloader as dataloader
+    _patch(dataloader)
     _state["installed"] = True
-    mod = sys.modules.get(_Finder.TARGET)
-    if mod is not None:
-        _patch(mod)
-    else:
-        sys.meta_path.insert(0, _Finder())
+
+
+def boot(dataloader):
+    """Called by the boot shim right after torch's DATALOADER module ran:
+    arms what the environment asks for (epochfs-analyze's timer, which
+    arms the order hook too with --order; else epochfs-run's order hook)."""
+    if os.environ.get("EPOCHFS_ANALYZE_OUT"):
+        from . import _timing
+        _timing.install_from_env(dataloader)
+    elif os.environ.get("EPOCHFS_RUN") == "1":
+        install(dataloader=dataloader)

@@ -1,5 +1,6 @@
 """The step timer epochfs-analyze puts into a training process (armed by
-the same startup hook as epochfs-run's order hook, see _hook.py).
+the same start-up hook as epochfs-run's order hook, and only once the job
+imports torch's DataLoader: see _boot/sitecustomize.py and _hook.py).
 
 The first DataLoader the job iterates is measured; the others run as
 before. Each step of it splits in two: the time inside the iterator's
@@ -41,8 +42,11 @@ Records go, one JSON object a line, to EPOCHFS_ANALYZE_OUT (appended):
 CPU seconds of the loader's workers and the main process, and the
 mount's counters before and after when EPOCHFS_ANALYZE_MOUNT is set).
 
-Nothing here draws from any random stream, and in as-is mode no batch,
-index or value the job sees changes. Standard library only.
+In as-is mode nothing here draws from any random stream, and no batch,
+index or value the job sees changes. The warm run takes the measured
+epoch's indices by the order hook's rules (_hook.sampler_plan), so a sampler
+without a length or of the job's own is never drained. Standard library
+only.
 """
 import atexit
 import json
@@ -59,6 +63,17 @@ WARM_FILES = 64             # files the warm run copies to memory, at most
 WARM_POOL = 1024            # of the window's first files, the sizes the copies are chosen across
 ALT_BLOCK = 10              # crowd run: steps per phase
 ALT_SETTLE = 4              # crowd run: steps after a switch not counted (batches made in the other phase)
+
+
+def _length(x, default=None):
+    """len(X), or DEFAULT where X has none (an infinite sampler) or will not
+    say; also DEFAULT for X None."""
+    if x is None:
+        return default
+    try:
+        return len(x)
+    except Exception:
+        return default
 
 
 def _worker_pids(it):
@@ -381,14 +396,8 @@ class Timer:
                 pass
 
     def _start_record(self, loader):
-        try:
-            steps = len(loader)
-        except TypeError:
-            steps = None
-        try:
-            items = len(loader.sampler)
-        except TypeError:
-            items = None
+        steps = _length(loader)
+        items = _length(loader.sampler)
         files, sizes = [], []
         resolve = _hook._resolver(loader.dataset)
         n = len(loader.dataset) if hasattr(loader.dataset, "__len__") else 0
@@ -433,26 +442,35 @@ class Timer:
 
     def _warm(self, it, loader):
         """warm mode, at the measured epoch's start, before the loader's
-        workers are forked (they take the dataset as it is then): draws the
-        epoch's indices from the sampler (the loader is handed the same
-        list, through the hook), copies a sample of the window's files to
-        memory, and points every item of the window at one of the copies
-        (its label and transforms unchanged). The steps then prepare real
-        files of the dataset's mix with nothing to fetch, for a whole epoch
-        in little memory. A dataset that cannot be pointed elsewhere has the
-        window's first files read into the page cache instead, and only
-        those steps measured."""
+        workers are forked (they take the dataset as it is then): learns the
+        epoch's indices where the order hook's rules allow (_hook.sampler_plan:
+        a "take" sampler is drawn here, from an iterator of its own, and the
+        loader is handed the same list through the hook; a "copy" one is
+        read from a copy and left to draw for itself), copies a sample of
+        the window's files to memory, and points every item of the window
+        at one of the copies (its label and transforms unchanged). The steps
+        then prepare real files of the dataset's mix with nothing to fetch,
+        for a whole epoch in little memory. A dataset that cannot be pointed
+        elsewhere has the window's first files read into the page cache
+        instead, and only those steps measured; a sampler whose indices
+        cannot be had ahead (no length, or not torch's) is never drawn: the
+        window is then measured unwarmed."""
         self.win["warmed"] = True
         t0 = time.perf_counter()
         resolve = _hook._resolver(loader.dataset)
+        indices = None
         try:
-            indices = list(iter(loader._index_sampler))
+            sampler = loader._index_sampler
+            how, n = _hook.sampler_plan(sampler)
+            if how is not None and n <= _hook.MAX_ORDER and resolve is not None:
+                indices = list(iter(sampler)) if how == "take" else _hook.copy_order(sampler)
         except Exception:
             indices = None
         if resolve is None or indices is None:
             self._write({"ev": "warm", "mapped": False, "files": 0, "bytes": 0, "steps": 0, "seconds": 0.0})
             return
-        it._epochfs_preset = indices
+        if how == "take":
+            it._epochfs_preset = indices
         # The copies are memory the job's cgroup pays for and cannot
         # reclaim: at most a quarter of what is free now (before the workers).
         budget = min(self.warm_bytes or (1 << 62), int(mem_room() * 0.25))
@@ -525,7 +543,7 @@ class Timer:
         if replaying:
             # Once replay began, the job's epochs keep their length but
             # never fetch again (also after the window, if the job goes on).
-            if it._num_yielded + cur["replayed"] >= len(it):
+            if it._num_yielded + cur["replayed"] >= _length(it, float("inf")):
                 self._end_epoch(time.perf_counter(), complete=True)
                 raise StopIteration
             batch = self.replay[self.replay_i % len(self.replay)]
@@ -651,8 +669,10 @@ class Timer:
         self.win["steady_t0"] = t
         # Within this epoch: a next epoch's iterator would start workers
         # again, and the compute per step needs no more than one epoch.
-        left = max(1, (len(self.cur["it"]()) if self.cur["it"]() is not None else 1) - self.replay_keep)
-        self.step_limit = min(self.step_limit, left) if self.step_limit else left
+        n = _length(self.cur["it"](), 1)
+        if n is not None:           # an epoch without a length ends with the job, or --steps
+            left = max(1, n - self.replay_keep)
+            self.step_limit = min(self.step_limit, left) if self.step_limit else left
 
     @staticmethod
     def _daemon_cpu(stats):
@@ -756,11 +776,12 @@ class Timer:
             os._exit(0)
 
 
-def install_from_env():
-    """Arms the timer when epochfs-analyze asked for it (EPOCHFS_ANALYZE_OUT)."""
+def install_from_env(dataloader=None):
+    """Arms the timer when epochfs-analyze asked for it (EPOCHFS_ANALYZE_OUT);
+    DATALOADER as for _hook.install."""
     if not os.environ.get("EPOCHFS_ANALYZE_OUT"):
         return None
     timer = Timer.from_env()
     atexit.register(timer.at_exit)
-    _hook.install(publish=os.environ.get("EPOCHFS_RUN") == "1", timer=timer)
+    _hook.install(publish=os.environ.get("EPOCHFS_RUN") == "1", timer=timer, dataloader=dataloader)
     return timer

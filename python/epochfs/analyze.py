@@ -56,6 +56,7 @@ import epochfs
 from . import _mounts
 from ._model import Profile
 from ._timing import mem_room
+from .run import job_env
 
 MODES = ("as-is", "warm", "compute", "crowd")
 CROWD_MIN_STEPS = 12        # steps each crowd phase must measure for its ratio (two blocks past their settling)
@@ -732,8 +733,11 @@ def text_report(rep):
         return "epochfs-analyze: %s%s\n" % (rep["error"], ("\nnote: " + rep["failed"]) if rep.get("failed") else "")
     L = []
     j = rep["job"]
-    L.append("epochfs-analyze: %s, %d items in %d steps per epoch, %d DataLoader workers on %g CPUs"
-             % (j["dataset"], j["items_per_epoch"] or 0, j["steps_per_epoch"] or 0, j["workers"], j["cpus"]))
+    if not j["items_per_epoch"]:            # an infinite sampler (detectron2's): epochs are the job's to say
+        size = "a sampler without a length (no epoch size)"
+    else:
+        size = "%d items in %d steps per epoch" % (j["items_per_epoch"], j["steps_per_epoch"] or 0)
+    L.append("epochfs-analyze: %s, %s, %d DataLoader workers on %g CPUs" % (j["dataset"], size, j["workers"], j["cpus"]))
     e = rep.get("epoch_seconds")
     L.append("epoch: %s" % _fmt(e))
     parts = [("compute", rep.get("compute_seconds")), ("prep stall", rep.get("prep_stall_seconds")),
@@ -840,11 +844,7 @@ def main(argv=None):
                 stats = json.load(f)
         except (OSError, ValueError):
             stats = None
-    env = os.environ.copy()
-    here = os.path.dirname(os.path.abspath(epochfs.__file__))
-    paths = [os.path.join(here, "_boot"), os.path.dirname(here)]
-    paths += [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env = job_env(os.environ)
     results, failed, notes = {}, None, []
     try:
         for mode in opts["runs"]:

@@ -18,6 +18,22 @@ import sys
 
 import epochfs
 
+BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
+
+
+def job_env(environ):
+    """The environment a job runs in under epochfs-run and epochfs-analyze:
+    ENVIRON with the boot shim's directory, and nothing else, put first on
+    PYTHONPATH. The rest of PYTHONPATH stays as it was, byte for byte (an
+    empty entry there is the working directory). The package itself is not
+    put on the path: the shim finds it beside its own directory, so that
+    site-packages never lands ahead of the standard library, nor an
+    installed copy of anything ahead of the job's own."""
+    env = dict(environ)
+    rest = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = BOOT_DIR + (os.pathsep + rest if rest else "")
+    return env
+
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -42,10 +58,7 @@ def main(argv=None):
     if not argv:
         sys.stderr.write("epochfs-run: missing COMMAND (usage: epochfs-run [OPTIONS] -- COMMAND [ARGS...])\n")
         return 2
-    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(epochfs.__file__)))
-    boot = os.path.join(os.path.dirname(os.path.abspath(epochfs.__file__)), "_boot")
-    paths = [boot, pkg_parent] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env = job_env(env)
     env["EPOCHFS_RUN"] = "1"
     try:
         os.execvpe(argv[0], argv, env)

@@ -10,7 +10,9 @@ import torch
 import torchvision
 from torch.utils.data import DataLoader
 
-import epochfs._hook as hook
+# The hook's own copy of the module, as the boot shim loaded it (not
+# importable as epochfs: the job's path has no epochfs on it).
+hook = sys.modules["_epochfs_hook._hook"]
 
 root, mnt = sys.argv[1], sys.argv[2]
 orders = []

@@ -3,8 +3,9 @@
 # options (bad ones refused with one line and status 2), the four runs and
 # the JSON schema (the breakdown, the mount's counters, the storage probed
 # through the daemon's SOURCE, every requested what-if answered), the SVG
-# plot, and a COMMAND that fails: its status passes through and the report
-# says what was measured before. Skipped without python3-torchvision.
+# plot, a COMMAND that fails: its status passes through and the report
+# says what was measured before, and a job whose sampler has no length: no
+# run drains it. Skipped without python3-torchvision.
 . "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3
 $PY -c 'import torch, torchvision' 2>/dev/null || skip "python3-torchvision is not installed"
@@ -87,4 +88,13 @@ grep -q "no DataLoader was iterated" "$T/out" && grep -q "exited 5 in the as-is 
 grep -q "as-is run, epoch 0: " "$T/out" && grep -q "as-is run, epoch 1 (cut short)" "$T/out" ||
 	fail "what was measured before the job died: $(cat "$T/out")"
 ok "COMMAND's exit status passes through; the report says what was measured before it failed"
+
+# The same rules as epochfs-run: a sampler without a length is never
+# drained, by the order hook (--order) or by the warm run.
+timeout 200 "$AN" -q --order --steps 4 --storage-mbps 50 "$T/m" -- $PY "$JOB" "$T/m" --forever > "$T/out" 2>&1 ||
+	fail "a job with an infinite sampler: $(cat "$T/out")"
+grep -q "drained" "$T/out" && fail "the infinite sampler was drained: $(cat "$T/out")"
+[ "$(grep -c "Forever: it has no length" "$T/out")" = 1 ] || fail "the as-is run's order hook said: $(cat "$T/out")"
+grep -q "a sampler without a length" "$T/out" || fail "the report: $(cat "$T/out")"
+ok "an infinite sampler: every run done, never drained, the order hook said so once"
 umount_ep

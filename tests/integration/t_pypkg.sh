@@ -5,7 +5,8 @@
 # an isolated venv (standard library only: labels and raw pixels), one in a
 # venv that sees the system's torch (tensors), and the two agree byte for
 # byte. The version is the daemon's; the old name epochfs_prep still works;
-# the console scripts run; pip uninstall leaves nothing of it.
+# the console scripts run, and the venv's epochfs-run adds nothing of the
+# venv to a job's path; pip uninstall leaves nothing of it.
 . "$(dirname "$0")/lib.sh"
 EP_ALLOWED_STDERR='prep: '
 /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null || skip "needs python3-venv"
@@ -70,6 +71,33 @@ ok "import epochfs from two venvs: a prep group declared and read, stdlib and to
 	grep -q "epoch 0 batch 1, 16 samples 16x3x32x32 uint8 nchw" || fail "python -m epochfs.prep FILE"
 "$T/plain/bin/python" -m epochfs_prep --help | grep -q "usage: python3 -m epochfs.prep" || fail "python -m epochfs_prep --help"
 ok "console scripts epochfs-run and epochfs-analyze; python -m epochfs.prep and the old epochfs_prep"
+
+# The venv's epochfs-run puts none of the venv on the job's path: a dev
+# checkout on PYTHONPATH still wins over the copy installed beside epochfs,
+# and Debian's python3 imports its own pip and setuptools, not the venv's.
+site=$("$T/sys/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+mkdir -p "$site/mylib" "$T/dev/mylib"
+echo "WHO = 'installed'" > "$site/mylib/__init__.py"
+echo "WHO = 'dev'" > "$T/dev/mylib/__init__.py"
+probe='
+import json, sys, mylib
+where = {}
+for name in ("pip", "setuptools"):
+    try:
+        where[name] = __import__(name).__file__
+    except Exception as e:          # (a venv setuptools over Debian distutils asserts)
+        where[name] = type(e).__name__
+print(json.dumps([mylib.WHO, sys.path, where]))'
+for py in "$T/sys/bin/python" /usr/bin/python3; do
+	PYTHONPATH="$T/dev" "$py" -c "$probe" > "$T/venv.plain" || fail "$py without epochfs-run"
+	PYTHONPATH="$T/dev" "$T/sys/bin/epochfs-run" -- "$py" -c "$probe" > "$T/venv.hooked" 2> "$T/venv.err" ||
+		fail "$py under the venv's epochfs-run: $(cat "$T/venv.err")"
+	cmp -s "$T/venv.plain" "$T/venv.hooked" ||
+		fail "$py sees another path under the venv's epochfs-run: $(cat "$T/venv.plain") / $(cat "$T/venv.hooked")"
+	grep -q '^\["dev"' "$T/venv.hooked" || fail "$py: the dev checkout lost: $(cat "$T/venv.hooked")"
+done
+rm -rf "$site/mylib"
+ok "the venv's epochfs-run: a dev checkout on PYTHONPATH wins, Debian's python3 keeps its own pip and setuptools"
 
 "$T/plain/bin/pip" uninstall -y --disable-pip-version-check epochfs > /dev/null 2>&1 || fail "pip uninstall"
 left=$(find "$T/plain/lib" -path '*site-packages/epochfs*' | head -3)
