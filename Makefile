@@ -40,7 +40,7 @@ endif
 # Evaluated when a recipe runs, i.e. after the dependency check below.
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS = $(shell pkg-config --libs $(PKGS))
-ALL_CFLAGS = -std=gnu11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Ifs -Ifs/core -Ifs/store -Ifs/cluster -Ifs/util -Iprep -Iprep/gpu -Itools $(PKG_CFLAGS) -MMD -MP
+ALL_CFLAGS = -std=gnu11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Ifs -Ifs/core -Ifs/core/ns -Ifs/store -Ifs/cluster -Ifs/util -Iprep -Iprep/gpu -Itools $(PKG_CFLAGS) -MMD -MP
 LIBS = $(PKG_LIBS) -lpthread -lm
 
 # fs/ is the daemon (main, options) and its FUSE adapter (ops.c, the only
@@ -50,10 +50,11 @@ LIBS = $(PKG_LIBS) -lpthread -lm
 #   fs/cluster/ partitioned peers: ownership, peer lists, protocol, client, server
 #   fs/util/    the log, a sync waiter, the memory watch, service notify, trust checks, the version
 CORE_SRC := fs/util/log.c fs/util/memwatch.c fs/util/notify.c fs/util/trust.c fs/options.c \
-	    fs/core/core.c fs/core/nodes.c fs/core/read.c fs/core/prefetch.c fs/core/pressure.c \
-	    fs/core/metrics.c fs/core/stats.c \
-	    fs/core/control.c fs/core/watch.c fs/core/prepdir.c fs/core/prepspec.c \
-	    fs/store/index.c fs/store/path.c fs/store/storage.c fs/store/cache.c fs/store/maint.c \
+	    fs/core/core.c fs/core/nodes.c fs/core/read.c fs/core/plan.c fs/core/prefetch.c fs/core/pressure.c \
+	    fs/core/metrics.c fs/core/stats.c fs/core/watch.c \
+	    fs/core/ns/control.c fs/core/ns/order.c fs/core/ns/prepdir.c fs/core/ns/prepspec.c \
+	    fs/core/ns/ns_control.c fs/core/ns/ns_order.c fs/core/ns/ns_prep.c \
+	    fs/store/index.c fs/store/path.c fs/store/storage.c fs/store/cache.c fs/store/maint.c fs/store/staging.c \
 	    fs/store/manifest.c fs/store/manifest_build.c fs/store/persist.c fs/store/tier.c \
 	    fs/cluster/owner.c fs/cluster/cluster.c fs/cluster/proto.c fs/cluster/peer.c \
 	    fs/cluster/peer_client.c fs/cluster/peer_server.c
@@ -205,7 +206,7 @@ $(BUILD)/tests/mkjpeg: $(BUILD)/tests/integration/mkjpeg.o
 FUZZERS ?= proto text jpeg state
 FUZZ_SECONDS ?= 300
 FUZZ_SMOKE ?= 6
-FUZZ_CC := clang -std=gnu11 -D_GNU_SOURCE -g -O1 -Ifs -Ifs/core -Ifs/store -Ifs/cluster -Ifs/util -Iprep -Itools -fsanitize=fuzzer,address,undefined \
+FUZZ_CC := clang -std=gnu11 -D_GNU_SOURCE -g -O1 -Ifs -Ifs/core -Ifs/core/ns -Ifs/store -Ifs/cluster -Ifs/util -Iprep -Itools -fsanitize=fuzzer,address,undefined \
 	   -fno-sanitize-recover=all
 FUZZ_SRC_proto := fs/cluster/proto.c
 FUZZ_SRC_text := fs/cluster/cluster.c prep/spec.c

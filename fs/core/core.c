@@ -284,6 +284,51 @@ static int prep_setup(struct core *c, const struct core_opts *o)
 	return prepdir_new(&io, &go, &c->prep);
 }
 
+/* ---- .epochfs/order/, staging and the prefetcher ---- */
+
+static int order_resolve(void *arg, const char *rel, size_t len, uint32_t *id)
+{
+	struct index_attr a;
+
+	if (core_lookup_rel(arg, rel, len, &a) < 0 || !S_ISREG(a.mode))
+		return -ENOENT;
+	*id = a.id;
+	return 0;
+}
+
+static void order_reset(void *arg, uint32_t group)
+{
+	struct core *c = arg;
+
+	staging_drop_group(c->staging, group);
+}
+
+static void order_wake(void *arg)
+{
+	prefetch_wake(((struct core *)arg)->pf);
+}
+
+static void staging_room_cb(void *arg)
+{
+	prefetch_wake(((struct core *)arg)->pf);
+}
+
+/* The order channel, the staging store and the prefetch thread (started
+ * by core_start). --prefetch-mem 0: orders are taken, nothing is fetched. */
+static int order_setup(struct core *c, const struct core_opts *o)
+{
+	struct order_opts oo = { .expire_s = o->order_expire, .resolve = order_resolve, .reset = order_reset,
+				 .wake = order_wake, .arg = c };
+	struct prefetch_opts po = { .window = o->prefetch_window };
+	int err;
+
+	if ((err = staging_new(o->prefetch_mem, staging_room_cb, c, &c->staging)) < 0 ||
+	    (err = order_new(&oo, &c->order)) < 0 ||
+	    (err = prefetch_new(c, c->order, c->staging, &po, &c->pf)) < 0)
+		return err;
+	return 0;
+}
+
 int core_open(const struct core_opts *o, struct core **out)
 {
 	struct index_scan_opts so = { .threads = o->scan_threads, .progress = o->progress };
@@ -332,12 +377,8 @@ int core_open(const struct core_opts *o, struct core **out)
 		goto fail;
 	if (o->prep && (err = prep_setup(c, o)) < 0)
 		goto fail;
-	if (!o->no_order) {
-		struct prefetch_opts po = { .mem = o->prefetch_mem, .window = o->prefetch_window,
-					     .expire_s = o->order_expire };
-		if ((err = prefetch_new(c, &po, &c->pf)) < 0)
-			goto fail;
-	}
+	if (!o->no_order && (err = order_setup(c, o)) < 0)
+		goto fail;
 	core_set_change_cb(c, NULL, NULL);      /* counts changes until the adapter listens */
 	*out = c;
 	return 0;
@@ -416,6 +457,10 @@ int core_start(struct core *c)
 		return err;
 	}
 	storage_set_drop_source_cache(c->st, !c->opts.keep_source_cache);
+	/* Storage is the last source: the tier and the peers pass to it. */
+	struct source s = { .name = "storage", .ctx = c->st, .read = storage_source_read, .unchecked = 1 };
+	if ((err = core_add_source(c, &s)) < 0)
+		return err;
 	if (c->cache) {
 		struct maint_opts mo = { .scrub_rate = c->opts.scrub_rate,
 					 .prefault_window = c->opts.prefault_window,
@@ -460,6 +505,9 @@ void core_close(struct core *c)
 		return;
 	prepdir_free(c->prep);      /* its groups read through the core (and peers): first */
 	prefetch_free(c->pf);       /* its fetches too, and prep's reads tell it of progress */
+	c->pf = NULL;               /* the order and staging call it no more */
+	order_free(c->order);
+	c->order = NULL;
 	if (c->peer.stop) {         /* it serves and fetches through the core: next */
 		c->peer.stop(c->peer.ctx);
 		memset(&c->peer, 0, sizeof(c->peer));
@@ -470,6 +518,7 @@ void core_close(struct core *c)
 	maint_stop(c->maint);
 	tier_free(c->tier);         /* its writes land first */
 	storage_free(c->st);
+	staging_free(c->staging);
 	control_free(c->ctl);
 	cache_free(c->cache);
 	/* After the cache: it records until then. A clean stop gives the

@@ -264,9 +264,10 @@ struct core_peer_hooks {
 	void (*stop)(void *ctx);
 };
 
-/* Puts source S in front of the others (storage stays last): misses are
- * asked of it first, and of the next source when it answers -EAGAIN. Call
- * before reads begin. 0, or -ENOSPC when CORE_MAX_SOURCES are in use. */
+/* Adds source S after those added before it, storage staying last
+ * (core_start adds it): a miss asks the sources in that order, each
+ * passing to the next with -EAGAIN. Call before reads begin. 0, or
+ * -ENOSPC when CORE_MAX_SOURCES (storage aside) are in use. */
 int core_add_source(struct core *c, const struct source *s);
 /* Installs the peer layer's hooks. Call before reads begin. */
 void core_set_peer_hooks(struct core *c, const struct core_peer_hooks *h);

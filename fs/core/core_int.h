@@ -12,13 +12,16 @@
 #include "index.h"
 #include "maint.h"
 #include "manifest.h"
+#include "ns.h"
+#include "order.h"
 #include "persist.h"
-#include "tier.h"
 #include "prefetch.h"
-#include "pressure.h"
 #include "prepdir.h"
+#include "pressure.h"
 #include "source.h"
+#include "staging.h"
 #include "storage.h"
+#include "tier.h"
 #include "watch.h"
 
 #define CORE_MAX_SAMPLES 640     /* ours (about 110), and the peer layer's (at most 64 peers x 5 + 8) */
@@ -34,15 +37,17 @@ struct core {
 	struct persist *persist;    /* the cache's state directory; NULL: not kept (see persist_why) */
 	char persist_why[720];      /* "on (MODE): DIR", or "off..." and why: stats.json's persist_state */
 	int served;                 /* core_start() succeeded: a later core_close() is a clean stop */
-	struct tier *tier;          /* the SSD tier (source 0); NULL: none */
+	struct tier *tier;          /* the SSD tier (the first source, and a store); NULL: none */
 	struct maint *maint;        /* the cache's background thread; NULL: none */
 	struct prepdir *prep;       /* .prep/; NULL with --no-prep */
 	struct manifest *man;       /* --manifest, bound to the index; NULL: none */
-	struct prefetch *pf;        /* order-aware prefetch and .epochfs/order/ */
+	struct order *order;        /* .epochfs/order/: the jobs' orders; NULL with --no-order */
+	struct staging *staging;    /* items fetched ahead that no cache kept; with the order */
+	struct prefetch *pf;        /* the thread that fetches along the orders; with the order */
 	struct pressure *pressure;  /* the memory watcher; NULL with --no-mem-watch */
 	int drop_copies;            /* atomic: ask the kernel to drop files' copies once read */
 	uint64_t man_files, man_unverified;     /* records bound; files it cannot check */
-	struct source sources[CORE_MAX_SOURCES];        /* tried in order; storage last */
+	struct source sources[CORE_MAX_SOURCES + 1];    /* tried in order; storage last (core_start) */
 	int nsources;
 	uint32_t chunk;
 	uint64_t cache_need;        /* arena bytes the whole dataset would take */
@@ -75,20 +80,6 @@ void core_read_data(struct core *c, uint32_t id, uint32_t gen, off_t off, size_t
 
 /* metrics.c: renders a control file (control.h's render callback). */
 int core_render(void *arg, enum control_file f, char *buf, size_t len);
-
-/* read.c, for the prefetcher: fetches item CHUNK of file ID (version A)
- * ahead of its readers. Already cached or loading: DONE(ARG, 0, 1). Admitted
- * by the RAM cache now: loaded there, then DONE(ARG, bytes or -errno, 1).
- * Else STAGE(ARG, len) gives the buffer to read the sources into (NULL: no
- * room, DONE(ARG, -ENOSPC, 0)), then DONE(ARG, bytes or -errno, 0). DONE
- * runs once, on any thread, with no core lock held. */
-struct core_prefetch_cb {
-	void *(*stage)(void *arg, size_t len);
-	void (*done)(void *arg, ssize_t res, int cached);
-	void *arg;
-};
-void core_prefetch_item(struct core *c, uint32_t id, const struct index_attr *a, uint32_t chunk,
-			const struct core_prefetch_cb *cb);
 
 /* The index entry of path REL (LEN bytes) below SOURCE, not gone: 0 and
  * *A, or -ENOENT / -ENAMETOOLONG. */

@@ -132,23 +132,33 @@ int core_samples(struct core *c, struct sample *out, int max)
 	GAUGE("mem_drop_page_cache", "1 while files' kernel copies are dropped once read", ms.drop_copies);
 	COUNTER("mem_pauses", "Times the cache stopped admitting for lack of memory", ms.pauses);
 	struct prefetch_stats fs = { 0 };
+	struct order_stats os = { 0 };
+	struct staging_stats ss2 = { 0 };
 	if (c->pf)
 		prefetch_get_stats(c->pf, &fs);
-	GAUGE("order_streams", "Orders written to .epochfs/order/ being followed", fs.streams);
-	COUNTER("order_paths", "Paths taken into orders", fs.order_paths);
-	COUNTER("order_unknown", "Order paths no indexed file has (skipped)", fs.order_unknown);
-	COUNTER("prefetch_bytes", "Bytes fetched ahead of the readers (into the RAM cache or staging)",
+	if (c->order)
+		order_get_stats(c->order, &os);
+	if (c->staging)
+		staging_get_stats(c->staging, &ss2);
+	GAUGE("order_streams", "Orders written to .epochfs/order/ being followed", os.streams);
+	GAUGE("order_places", "Paths held in all orders (at most 16M)", os.places);
+	COUNTER("order_paths", "Paths taken into orders", os.paths);
+	COUNTER("order_unknown", "Order paths no indexed file has (skipped)", os.unknown);
+	COUNTER("prefetch_bytes", "Bytes fetched ahead of the readers (into a cache or staging)",
 		fs.fetched_bytes);
-	COUNTER("prefetch_cached_bytes", "Of prefetch_bytes, admitted into the RAM cache", fs.cached_bytes);
-	COUNTER("prefetch_hits", "Reads served from staged (prefetched) items", fs.hits);
-	COUNTER("prefetch_late", "Reads that waited for a prefetch on its way, or came before it", fs.late);
-	COUNTER("prefetch_wasted_bytes", "Staged bytes freed unread", fs.wasted_bytes);
+	COUNTER("prefetch_cached_bytes", "Of prefetch_bytes, kept by the RAM cache or the SSD tier", fs.cached_bytes);
+	COUNTER("prefetch_hits", "Reads served from staged (prefetched) items", ss2.hits);
+	COUNTER("prefetch_late", "Reads that waited for a prefetch on its way, or came before it",
+		ss2.late + os.first);
+	COUNTER("prefetch_wasted_bytes", "Staged bytes freed unread", ss2.wasted_bytes);
 	COUNTER("prefetch_resident", "Files not fetched: the kernel caches them above the mount", fs.resident);
-	GAUGE("prefetch_staged_bytes", "Bytes staged now (prefetched, not read yet)", fs.staged_bytes);
-	GAUGE("prefetch_staged_peak_bytes", "The most bytes staged at once", fs.staged_peak);
+	GAUGE("prefetch_staged_bytes", "Bytes staged now (prefetched, not read yet)", ss2.bytes);
+	GAUGE("prefetch_staged_peak_bytes", "The most bytes staged at once", ss2.peak);
+	GAUGE("prefetch_staging_limit_bytes", "Staging's room (--prefetch-mem, less under memory pressure)",
+	      ss2.limit);
 	COUNTER("job_wait_us", "Microseconds jobs' DataLoaders waited for data (reported by epochfs-run)",
-		fs.job_wait_us);
-	COUNTER("job_run_us", "Microseconds of the jobs' run those reports cover", fs.job_run_us);
+		os.job_wait_us);
+	COUNTER("job_run_us", "Microseconds of the jobs' run those reports cover", os.job_run_us);
 	GAUGE("manifest_files", "Files the manifest (--manifest) checks", c->man_files);
 	GAUGE("manifest_unverified", "Files the manifest cannot check (not in it, or another size): storage only",
 	      c->man_unverified);

@@ -1,17 +1,21 @@
-/* nodes.c - the core's namespaces behind one dispatch point; see core.h.
+/* nodes.c - the core's namespaces behind one table of operations (ns.h),
+ * and the dataset's own namespace; see core.h.
  *
  * Four namespaces share the kernel's node numbers: the dataset (index
- * entries at a generation), .epochfs/ (control.c), its order/ directory
- * (prefetch.c) and .prep/ (prepdir.c).
- * ns_of() tells them apart once, and every operation is one switch over
- * it, so no caller depends on asking the right question first (prep nodes
- * carry the control bit too). The adapter sees attributes, not modules.
+ * entries at a generation, here), .epochfs/ (ns/ns_control.c), its order/
+ * directory (ns/ns_order.c) and .prep/ (ns/ns_prep.c). ns_of() tells them
+ * apart once per operation and OPS[] answers it; the places one namespace
+ * appears in another (MOUNTS) are looked up here, before the parent's own
+ * names. The adapter sees attributes, not modules.
  *
  * DESIGN: attributes of data entries are SOURCE's (st_ino the backing
  * inode, its link count and blocks), cacheable for what is left of their
  * check against SOURCE (index_revalidate): the kernel never outlives
- * --timeout. Control and prep files are cacheable for 0 s: every lookup of
- * them is a new node (a fresh snapshot, a new batch consumer).
+ * --timeout. Virtual files are cacheable for 0 s: every lookup of them is a
+ * new node (a fresh snapshot, a new batch consumer). The mounted
+ * directories are reachable by name but listed only where their parent
+ * lists them (order/ in .epochfs/; .epochfs and .prep never in the root,
+ * where torchvision's ImageFolder would take them for classes).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -25,15 +29,29 @@
 #include "log.h"
 #include "path.h"
 
-enum ns { NS_DATA, NS_CONTROL, NS_ORDER, NS_PREP };
+static const struct ns_ops *const ops[NS__COUNT] = {
+	[NS_DATA] = &ns_data_ops,
+	[NS_CONTROL] = &ns_control_ops,
+	[NS_ORDER] = &ns_order_ops,
+	[NS_PREP] = &ns_prep_ops,
+};
 
-static enum ns ns_of(uint64_t node)
+/* Where a namespace's root appears by name in another's directory. */
+static const struct mount {
+	enum ns_id parent_ns;
+	uint64_t parent;            /* NS_DATA: an index id (any generation) */
+	const char *name;
+	uint64_t root;
+} mounts[] = {
+	{ NS_DATA, INDEX_ROOT, CONTROL_DIR_NAME, CONTROL_DIR_NODE },
+	{ NS_DATA, INDEX_ROOT, PREPDIR_NAME, PREPDIR_DIR_NODE },
+	{ NS_CONTROL, CONTROL_DIR_NODE, ORDER_DIR_NAME, ORDER_DIR_NODE },
+};
+
+static int mounted(const struct core *c, uint64_t root)
 {
-	if (prepdir_is_node(node))
-		return NS_PREP;
-	if (prefetch_is_node(node))
-		return NS_ORDER;
-	return control_is_node(node) ? NS_CONTROL : NS_DATA;
+	return root == CONTROL_DIR_NODE || (root == PREPDIR_DIR_NODE && c->prep) ||
+	       (root == ORDER_DIR_NODE && c->order);
 }
 
 static uint32_t data_id(uint64_t node)
@@ -46,6 +64,132 @@ static uint32_t data_gen(uint64_t node)
 	return (uint32_t)(node >> 32) & CORE_GEN_MASK;
 }
 
+void ns_virtual_attr(uint64_t node, int is_dir, unsigned mode, size_t size, double valid, struct core_attr *a)
+{
+	*a = (struct core_attr){
+		.node = node, .mode = (is_dir ? S_IFDIR : S_IFREG) | mode, .nlink = is_dir ? 2 : 1,
+		.uid = getuid(), .gid = getgid(), .blksize = 4096, .ino = node & 0xffffffffffffull,
+		.size = size, .valid = valid, .flags = is_dir ? 0 : CORE_F_DIRECT_IO | CORE_F_NEW_NODE,
+	};
+}
+
+/* ---- the dispatch ---- */
+
+int core_lookup(struct core *c, uint64_t parent, const char *name, struct core_attr *a)
+{
+	enum ns_id ns = ns_of(parent);
+
+	stats_add(&c->stats, STAT_LOOKUPS, 1);
+	memset(a, 0, sizeof(*a));
+	for (size_t i = 0; i < sizeof(mounts) / sizeof(mounts[0]); i++) {
+		const struct mount *m = &mounts[i];
+		uint64_t p = ns == NS_DATA ? data_id(parent) : parent;
+		if (m->parent_ns != ns || m->parent != p || strcmp(m->name, name) || !mounted(c, m->root))
+			continue;
+		int err = ops[ns_of(m->root)]->getattr(c, m->root, a);
+		if (!err)
+			a->valid = c->timeout;
+		return err;
+	}
+	return ops[ns]->lookup(c, parent, name, a);
+}
+
+int core_getattr(struct core *c, uint64_t node, struct core_attr *a)
+{
+	memset(a, 0, sizeof(*a));
+	return ops[ns_of(node)]->getattr(c, node, a);
+}
+
+int core_readdir(struct core *c, uint64_t dir, uint64_t *pos, struct core_dirent *d)
+{
+	if (*pos < 2) {
+		snprintf(d->name, sizeof(d->name), "%s", *pos ? ".." : ".");
+		d->attr = (struct core_attr){ .mode = S_IFDIR, .ino = *pos ? 1 : (dir & 0xffffffffu) };
+		return 1;
+	}
+	uint64_t k = *pos - 2;
+	int r = ops[ns_of(dir)]->readdir(c, dir, &k, d);
+	*pos = k + 2;
+	return r;
+}
+
+void core_read(struct core *c, uint64_t node, off_t off, size_t len, core_read_fn done, void *arg)
+{
+	ops[ns_of(node)]->read(c, node, off, len, done, arg);
+}
+
+int core_open_check(struct core *c, uint64_t node, int flags, struct core_attr *a)
+{
+	const struct ns_ops *o = ops[ns_of(node)];
+	int write = (flags & O_ACCMODE) != O_RDONLY, err = core_getattr(c, node, a);
+
+	if (err)
+		return err;
+	if (o->writable)
+		return write && !(a->mode & S_IWUSR) ? -EROFS : 0;
+	if (write || (flags & O_TRUNC))
+		return -EROFS;
+	return 0;
+}
+
+int core_access(struct core *c, uint64_t node, int mask)
+{
+	const struct ns_ops *o = ops[ns_of(node)];
+
+	if (!(mask & W_OK))
+		return 0;
+	return o->writable && o->writable(c, node) ? 0 : -EROFS;
+}
+
+ssize_t core_write(struct core *c, uint64_t node, const void *buf, size_t len, off_t off)
+{
+	const struct ns_ops *o = ops[ns_of(node)];
+
+	return o->write ? o->write(c, node, buf, len, off) : -EROFS;
+}
+
+int core_create(struct core *c, uint64_t parent, const char *name, struct core_attr *a)
+{
+	const struct ns_ops *o = ops[ns_of(parent)];
+
+	memset(a, 0, sizeof(*a));
+	return o->create ? o->create(c, parent, name, a) : -EROFS;
+}
+
+int core_truncate(struct core *c, uint64_t node, off_t size, struct core_attr *a)
+{
+	const struct ns_ops *o = ops[ns_of(node)];
+
+	return o->truncate ? o->truncate(c, node, size, a) : -EROFS;
+}
+
+int core_unlink(struct core *c, uint64_t parent, const char *name)
+{
+	const struct ns_ops *o = ops[ns_of(parent)];
+
+	return o->unlink ? o->unlink(c, parent, name) : -EROFS;
+}
+
+void core_release(struct core *c, uint64_t node)
+{
+	const struct ns_ops *o = ops[ns_of(node)];
+
+	if (o->release)
+		o->release(c, node);
+}
+
+void core_forget(struct core *c, uint64_t node, uint64_t nlookup)
+{
+	/* Index entries live as long as the mount, streams until unlinked or
+	 * idle; snapshots and batch readers are freed. */
+	const struct ns_ops *o = ops[ns_of(node)];
+
+	if (o->forget)
+		o->forget(c, node, nlookup);
+}
+
+/* ---- the dataset ---- */
+
 static void data_attr(const struct index_attr *ia, double valid, struct core_attr *a)
 {
 	*a = (struct core_attr){
@@ -53,37 +197,6 @@ static void data_attr(const struct index_attr *ia, double valid, struct core_att
 		.nlink = ia->nlink, .uid = ia->uid, .gid = ia->gid, .blksize = 128 * 1024,
 		.ino = ia->v.ino, .size = ia->v.size, .blocks = ia->blocks,
 		.mtime_ns = ia->v.mtime_ns, .ctime_ns = ia->v.ctime_ns, .valid = valid,
-	};
-}
-
-static void control_attr(const struct control_attr *ca, double valid, struct core_attr *a)
-{
-	*a = (struct core_attr){
-		.node = ca->node, .mode = ca->is_dir ? S_IFDIR | 0555 : S_IFREG | 0444,
-		.nlink = ca->is_dir ? 2 : 1, .uid = getuid(), .gid = getgid(), .blksize = 4096,
-		.ino = ca->node & ~CONTROL_NODE_BIT, .size = ca->size, .valid = valid,
-		.flags = ca->is_dir ? 0 : CORE_F_DIRECT_IO | CORE_F_NEW_NODE,
-	};
-}
-
-static void order_attr(const struct prefetch_attr *oa, struct core_attr *a)
-{
-	*a = (struct core_attr){
-		.node = oa->node, .mode = oa->is_dir ? S_IFDIR | 0755 : S_IFREG | 0644,
-		.nlink = oa->is_dir ? 2 : 1, .uid = getuid(), .gid = getgid(), .blksize = 4096,
-		.ino = oa->node & 0xffffffffffffull, .size = oa->size,
-		.flags = oa->is_dir ? 0 : CORE_F_DIRECT_IO | CORE_F_NEW_NODE,
-	};
-}
-
-static void prep_attr(const struct prepdir_attr *pa, double valid, struct core_attr *a)
-{
-	*a = (struct core_attr){
-		.node = pa->node,
-		.mode = pa->is_dir ? S_IFDIR | 0755 : S_IFREG | (pa->writable ? 0644 : 0444),
-		.nlink = pa->is_dir ? 2 : 1, .uid = getuid(), .gid = getgid(), .blksize = 128 * 1024,
-		.ino = pa->node & 0xffffffffffffull, .size = pa->size, .blocks = (pa->size + 511) / 512,
-		.valid = valid, .flags = pa->is_dir ? 0 : CORE_F_DIRECT_IO | CORE_F_NEW_NODE,
 	};
 }
 
@@ -101,23 +214,13 @@ static int data_get(struct core *c, uint32_t id, uint32_t gen, struct index_attr
 	return 0;
 }
 
-static int data_lookup(struct core *c, uint32_t parent, const char *name, struct core_attr *a)
+static int data_lookup(struct core *c, uint64_t parent, const char *name, struct core_attr *a)
 {
 	struct index_attr ia;
 	/* Gone entries too: a file that came back is found by its check. */
-	uint32_t id = index_find(c->ix, parent, name);
+	uint32_t id = index_find(c->ix, data_id(parent), name);
 	double valid = c->timeout;
 
-	if (parent == INDEX_ROOT && c->prep && !strcmp(name, PREPDIR_NAME)) {
-		struct prepdir_attr pa = { .node = PREPDIR_DIR_NODE, .is_dir = 1, .writable = 1 };
-		prep_attr(&pa, c->timeout, a);
-		return 0;
-	}
-	if (parent == INDEX_ROOT && !strcmp(name, CONTROL_DIR_NAME)) {
-		struct control_attr ca = { .node = CONTROL_DIR_NODE, .is_dir = 1 };
-		control_attr(&ca, c->timeout, a);
-		return 0;
-	}
 	a->valid = valid;           /* names created after the scan are never added */
 	if (!id)
 		return -ENOENT;
@@ -129,80 +232,49 @@ static int data_lookup(struct core *c, uint32_t parent, const char *name, struct
 	return 0;
 }
 
-int core_lookup(struct core *c, uint64_t parent, const char *name, struct core_attr *a)
+static int data_getattr(struct core *c, uint64_t node, struct core_attr *a)
 {
-	struct prefetch_attr oa;
-	struct prepdir_attr pa;
-	struct control_attr ca;
-	int err;
-
-	stats_add(&c->stats, STAT_LOOKUPS, 1);
-	memset(a, 0, sizeof(*a));
-	switch (ns_of(parent)) {
-	case NS_PREP:
-		if ((err = prepdir_lookup(c->prep, parent, name, &pa)) < 0)
-			return err;
-		prep_attr(&pa, 0, a);
-		return 0;
-	case NS_ORDER:
-		if ((err = prefetch_lookup(c->pf, parent, name, &oa)) < 0)
-			return err;
-		order_attr(&oa, a);
-		return 0;
-	case NS_CONTROL:
-		if (parent == CONTROL_DIR_NODE && c->pf && !strcmp(name, ORDER_DIR_NAME)) {
-			oa = (struct prefetch_attr){ .node = ORDER_DIR_NODE, .is_dir = 1 };
-			order_attr(&oa, a);
-			a->valid = c->timeout;
-			return 0;
-		}
-		if ((err = control_lookup(c->ctl, parent, name, &ca)) < 0)
-			return err;
-		control_attr(&ca, 0, a);    /* a fresh snapshot per lookup (control.h) */
-		return 0;
-	case NS_DATA:
-		break;
-	}
-	return data_lookup(c, data_id(parent), name, a);
-}
-
-int core_getattr(struct core *c, uint64_t node, struct core_attr *a)
-{
-	struct prefetch_attr oa;
-	struct prepdir_attr pa;
-	struct control_attr ca;
 	struct index_attr ia;
 	double valid;
-	int err;
+	int err = data_get(c, data_id(node), data_gen(node), &ia, &valid);
 
-	switch (ns_of(node)) {
-	case NS_PREP:
-		if ((err = prepdir_getattr(c->prep, node, &pa)) < 0)
-			return err;
-		prep_attr(&pa, 0, a);
-		return 0;
-	case NS_ORDER:
-		if (!c->pf)
-			return -ENOENT;
-		if ((err = prefetch_getattr(c->pf, node, &oa)) < 0)
-			return err;
-		order_attr(&oa, a);
-		if (oa.is_dir)
-			a->valid = c->timeout;
-		return 0;
-	case NS_CONTROL:
-		if ((err = control_getattr(c->ctl, node, &ca)) < 0)
-			return err;
-		control_attr(&ca, ca.is_dir ? c->timeout : 0, a);
-		return 0;
-	case NS_DATA:
-		break;
-	}
-	if ((err = data_get(c, data_id(node), data_gen(node), &ia, &valid)) < 0)
+	if (err < 0)
 		return err;
 	data_attr(&ia, valid, a);
 	return 0;
 }
+
+static int data_readdir(struct core *c, uint64_t dir, uint64_t *pos, struct core_dirent *d)
+{
+	struct index_attr da, ia;
+	double valid;
+	int err = data_get(c, data_id(dir), data_gen(dir), &da, &valid);
+
+	if (!err && !S_ISDIR(da.mode))
+		err = -ENOTDIR;
+	if (err)
+		return err;
+	for (; *pos < da.nchildren; (*pos)++) {
+		uint32_t id = index_child(c->ix, da.id, (uint32_t)*pos);
+		if (!id || index_get(c->ix, id, &ia) < 0 || ia.gone)
+			continue;
+		snprintf(d->name, sizeof(d->name), "%s", index_name(c->ix, id));
+		/* No stat here: an entry whose check is due goes out with
+		 * timeouts 0, and the kernel's next use looks it up. */
+		data_attr(&ia, index_valid_for(c->ix, id), &d->attr);
+		return 1;
+	}
+	return 0;
+}
+
+static void data_read(struct core *c, uint64_t node, off_t off, size_t len, core_read_fn done, void *arg)
+{
+	core_read_data(c, data_id(node), data_gen(node), off, len, 1, done, arg);
+}
+
+const struct ns_ops ns_data_ops = {
+	.lookup = data_lookup, .getattr = data_getattr, .readdir = data_readdir, .read = data_read,
+};
 
 ssize_t core_readlink(struct core *c, uint64_t node, char *buf, size_t len)
 {
@@ -239,235 +311,6 @@ int core_statfs(struct core *c, struct statvfs *sv)
 	if (!c->prep)
 		sv->f_flag |= ST_RDONLY;
 	return 0;
-}
-
-/* ---- listings ---- */
-
-static int prep_dirent(struct core *c, uint64_t dir, uint64_t *pos, struct core_dirent *d)
-{
-	struct prepdir_attr pa;
-	int is_dir = 1, err = prepdir_getattr(c->prep, dir, &pa);
-
-	if (!err && !pa.is_dir)
-		err = -ENOTDIR;
-	if (err)
-		return err;
-	if (!prepdir_dirent(c->prep, dir, *pos - 2, &is_dir, d->name, sizeof(d->name)))
-		return 0;
-	d->attr = (struct core_attr){ .mode = is_dir ? S_IFDIR | 0755 : S_IFREG | 0444, .ino = *pos + 1 };
-	return 1;
-}
-
-static int control_dirent_at(struct core *c, uint64_t dir, uint64_t *pos, struct core_dirent *d)
-{
-	const char *name;
-
-	if (dir != CONTROL_DIR_NODE)
-		return -ENOTDIR;
-	if (*pos - 2 == CONTROL__FILES && c->pf) {
-		snprintf(d->name, sizeof(d->name), "%s", ORDER_DIR_NAME);
-		d->attr = (struct core_attr){ .mode = S_IFDIR | 0755, .ino = *pos + 1 };
-		return 1;
-	}
-	if (*pos - 2 >= CONTROL__FILES || !(name = control_dirent(c->ctl, dir, (unsigned)(*pos - 2))))
-		return 0;
-	snprintf(d->name, sizeof(d->name), "%s", name);
-	/* attr.node 0: a listing renders no snapshot. */
-	d->attr = (struct core_attr){ .mode = S_IFREG | 0444, .ino = *pos + 1 };
-	return 1;
-}
-
-static int data_dirent(struct core *c, uint64_t dir, uint64_t *pos, struct core_dirent *d)
-{
-	struct index_attr da, ia;
-	double valid;
-	int err = data_get(c, data_id(dir), data_gen(dir), &da, &valid);
-
-	if (!err && !S_ISDIR(da.mode))
-		err = -ENOTDIR;
-	if (err)
-		return err;
-	for (; *pos - 2 < da.nchildren; (*pos)++) {
-		uint32_t id = index_child(c->ix, da.id, (uint32_t)(*pos - 2));
-		if (!id || index_get(c->ix, id, &ia) < 0 || ia.gone)
-			continue;
-		snprintf(d->name, sizeof(d->name), "%s", index_name(c->ix, id));
-		/* No stat here: an entry whose check is due goes out with
-		 * timeouts 0, and the kernel's next use looks it up. */
-		data_attr(&ia, index_valid_for(c->ix, id), &d->attr);
-		return 1;
-	}
-	return 0;
-}
-
-int core_readdir(struct core *c, uint64_t dir, uint64_t *pos, struct core_dirent *d)
-{
-	if (*pos < 2) {
-		snprintf(d->name, sizeof(d->name), "%s", *pos ? ".." : ".");
-		d->attr = (struct core_attr){ .mode = S_IFDIR, .ino = *pos ? 1 : (dir & 0xffffffffu) };
-		return 1;
-	}
-	switch (ns_of(dir)) {
-	case NS_PREP:
-		return prep_dirent(c, dir, pos, d);
-	case NS_ORDER:
-		if (dir != ORDER_DIR_NODE)
-			return -ENOTDIR;
-		if (!prefetch_dirent(c->pf, *pos - 2, d->name, sizeof(d->name)))
-			return 0;
-		d->attr = (struct core_attr){ .mode = S_IFREG | 0644, .ino = *pos + 1 };
-		return 1;
-	case NS_CONTROL:
-		return control_dirent_at(c, dir, pos, d);
-	case NS_DATA:
-		break;
-	}
-	return data_dirent(c, dir, pos, d);
-}
-
-/* ---- reads ---- */
-
-void core_read(struct core *c, uint64_t node, off_t off, size_t len, core_read_fn done, void *arg)
-{
-	switch (ns_of(node)) {
-	case NS_PREP:
-		/* Answered now, or by the prep worker that makes the batch. */
-		prepdir_read(c->prep, node, len, off, done, arg);
-		return;
-	case NS_CONTROL:
-	case NS_ORDER: {
-		char *buf = malloc(len ? len : 1);
-		ssize_t n = !buf ? -ENOMEM : ns_of(node) == NS_ORDER ? prefetch_read(c->pf, node, buf, len, off)
-								     : control_read(c->ctl, node, buf, len, off);
-		done(arg, n, buf);
-		free(buf);
-		return;
-	}
-	case NS_DATA:
-		break;
-	}
-	core_read_data(c, data_id(node), data_gen(node), off, len, 1, done, arg);
-}
-
-/* ---- what would write: .prep/ only ---- */
-
-int core_open_check(struct core *c, uint64_t node, int flags, struct core_attr *a)
-{
-	int write = (flags & O_ACCMODE) != O_RDONLY, err = core_getattr(c, node, a);
-
-	if (err)
-		return err;
-	if (ns_of(node) == NS_PREP || ns_of(node) == NS_ORDER)
-		return write && !(a->mode & S_IWUSR) ? -EROFS : 0;
-	if (write || (flags & O_TRUNC))
-		return -EROFS;
-	return 0;
-}
-
-int core_access(struct core *c, uint64_t node, int mask)
-{
-	struct prepdir_attr pa;
-
-	if (!(mask & W_OK))
-		return 0;
-	/* .prep/ itself and its spec files take writes; so do .epochfs/order/
-	 * and its streams. */
-	if (ns_of(node) == NS_PREP && prepdir_getattr(c->prep, node, &pa) == 0 && pa.writable)
-		return 0;
-	if (ns_of(node) == NS_ORDER)
-		return 0;
-	return -EROFS;
-}
-
-ssize_t core_write(struct core *c, uint64_t node, const void *buf, size_t len, off_t off)
-{
-	switch (ns_of(node)) {
-	case NS_PREP:
-		return prepdir_write(c->prep, node, buf, len, off);
-	case NS_ORDER:
-		return prefetch_write(c->pf, node, buf, len, off);
-	default:
-		return -EROFS;
-	}
-}
-
-int core_create(struct core *c, uint64_t parent, const char *name, struct core_attr *a)
-{
-	struct prefetch_attr oa;
-	struct prepdir_attr pa;
-	int err;
-
-	if (ns_of(parent) == NS_ORDER) {
-		if ((err = prefetch_create(c->pf, parent, name, &oa)) < 0)
-			return err;
-		order_attr(&oa, a);
-		return 0;
-	}
-	if (ns_of(parent) != NS_PREP)
-		return -EROFS;
-	if ((err = prepdir_create(c->prep, parent, name, &pa)) < 0)
-		return err;
-	prep_attr(&pa, 0, a);
-	return 0;
-}
-
-int core_truncate(struct core *c, uint64_t node, off_t size, struct core_attr *a)
-{
-	struct prefetch_attr oa;
-	struct prepdir_attr pa;
-	int err;
-
-	if (ns_of(node) == NS_ORDER) {
-		if ((size >= 0 && (err = prefetch_truncate(c->pf, node, size)) < 0) ||
-		    (err = prefetch_getattr(c->pf, node, &oa)) < 0)
-			return err;
-		order_attr(&oa, a);
-		return 0;
-	}
-	if (ns_of(node) != NS_PREP)
-		return -EROFS;
-	if ((size >= 0 && (err = prepdir_truncate(c->prep, node, size)) < 0) ||
-	    (err = prepdir_getattr(c->prep, node, &pa)) < 0)
-		return err;
-	if (!pa.writable)
-		return -EROFS;
-	prep_attr(&pa, 0, a);
-	return 0;
-}
-
-int core_unlink(struct core *c, uint64_t parent, const char *name)
-{
-	switch (ns_of(parent)) {
-	case NS_PREP:
-		return prepdir_unlink(c->prep, parent, name);
-	case NS_ORDER:
-		return prefetch_unlink(c->pf, parent, name);
-	default:
-		return -EROFS;
-	}
-}
-
-void core_release(struct core *c, uint64_t node)
-{
-	if (ns_of(node) == NS_PREP)
-		prepdir_release(c->prep, node);
-}
-
-void core_forget(struct core *c, uint64_t node, uint64_t nlookup)
-{
-	/* Index entries live as long as the mount; snapshots and batch readers
-	 * are freed. */
-	switch (ns_of(node)) {
-	case NS_PREP:
-		prepdir_forget(c->prep, node, nlookup);
-		break;
-	case NS_CONTROL:
-		control_forget(c->ctl, node, nlookup);
-		break;
-	case NS_ORDER:          /* streams live until unlinked or idle */
-	case NS_DATA:
-		break;
-	}
 }
 
 /* ---- for tools and tests ---- */

@@ -29,6 +29,7 @@
 
 #include "log.h"
 #include "path.h"
+#include "source.h"
 #include "storage.h"
 #include "syncwait.h"
 
@@ -350,4 +351,10 @@ void storage_get_stats(struct storage *st, struct storage_stats *s)
 	s->stale = __atomic_load_n(&st->stats.stale, __ATOMIC_RELAXED);
 	s->errors = __atomic_load_n(&st->stats.errors, __ATOMIC_RELAXED);
 	s->inline_reads = __atomic_load_n(&st->stats.inline_reads, __ATOMIC_RELAXED);
+}
+
+void storage_source_read(void *ctx, struct source_item *it, off_t off, size_t len, void *buf,
+			 void (*done)(void *arg, ssize_t res, const void *buf), void *arg)
+{
+	storage_read(ctx, it->rel, &it->v, off, len, buf, done, arg);
 }

@@ -54,6 +54,12 @@ void storage_free(struct storage *st);
 void storage_read(struct storage *st, const char *rel, const struct index_version *expect,
 		  off_t off, size_t len, void *buf, storage_done_fn done, void *arg);
 
+/* Storage as the last of the core's sources (source.h): CTX is the
+ * storage; reads IT's file at its version IT->v. */
+struct source_item;
+void storage_source_read(void *ctx, struct source_item *it, off_t off, size_t len, void *buf,
+			 void (*done)(void *arg, ssize_t res, const void *buf), void *arg);
+
 /* Synchronous convenience for tools and tests: returns bytes or -errno. */
 ssize_t storage_read_sync(struct storage *st, const char *rel,
 			  const struct index_version *expect, off_t off, size_t len, void *buf);

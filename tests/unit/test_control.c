@@ -30,7 +30,7 @@ Test(control, each_lookup_is_a_fresh_snapshot)
 	cr_assert_eq(control_lookup(ct, CONTROL_DIR_NODE, "stats.json", &a), 0);
 	cr_assert_eq(control_lookup(ct, CONTROL_DIR_NODE, "stats.json", &b), 0);
 	cr_expect_neq(a.node, b.node);
-	cr_expect(control_is_node(a.node));
+	cr_expect_eq(ns_of(a.node), NS_CONTROL);
 	cr_expect_eq(control_read(ct, a.node, buf, sizeof(buf), 0), (ssize_t)a.size);
 	cr_expect_arr_eq(buf, "{\"n\": 1}\n", a.size);
 	cr_expect_eq(control_read(ct, b.node, buf, 3, 2), 3);

@@ -24,7 +24,7 @@
  * with a batch once that node has read it whole (prep/group.h). The node's
  * reader is closed when the kernel forgets it.
  *
- * Node numbers have CONTROL_NODE_BIT and PREPDIR_NODE_BIT set, and carry
+ * Node numbers are the prep namespace's (ns.h: VIRTUAL | PREP), and carry
  * the kind, the group's slot and the slot's generation (so a node of an
  * ended group never reaches its successor), plus a version for files whose
  * text changes (so the kernel never serves a stale page of them).
@@ -39,19 +39,12 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "control.h"
 #include "group.h"
+#include "ns.h"
 
 #define PREPDIR_NAME ".prep"
-#define PREPDIR_NODE_BIT (1ull << 62)
-#define PREPDIR_DIR_NODE (CONTROL_NODE_BIT | PREPDIR_NODE_BIT)
 #define PREPDIR_MAX_GROUPS 64
 #define PREPDIR_MAX_ERRORS 64         /* NAME.error files kept; the oldest goes */
-
-static inline int prepdir_is_node(uint64_t node)
-{
-	return (node & (CONTROL_NODE_BIT | PREPDIR_NODE_BIT)) == (CONTROL_NODE_BIT | PREPDIR_NODE_BIT);
-}
 
 struct prepdir;
 

@@ -103,7 +103,7 @@ int control_lookup(struct control *ct, uint64_t dir, const char *name, struct co
 	s->nlookup = 1;
 
 	pthread_mutex_lock(&ct->lock);
-	s->node = CONTROL_NODE_BIT | ct->next_node++;
+	s->node = NS_BIT_VIRTUAL | ct->next_node++;
 	s->next = ct->snaps;
 	ct->snaps = s;
 	if (++ct->nsnaps > CONTROL_MAX_SNAPSHOTS) {

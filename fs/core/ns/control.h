@@ -6,8 +6,8 @@
  * fresh *snapshot* and gives it a node number of its own: the kernel sees a
  * new inode each time (entry and attr timeouts are 0), reads it from the
  * start, and never mixes two snapshots. A snapshot is freed when the kernel
- * forgets its node. Node numbers have CONTROL_NODE_BIT set and never collide
- * with the index's.
+ * forgets its node. Node numbers are the control namespace's (ns.h) and never
+ * collide with the index's.
  *
  * Thread-safe (one internal mutex; control files are not on the data path).
  */
@@ -18,14 +18,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define CONTROL_NODE_BIT (1ull << 63)
-#define CONTROL_DIR_NODE (CONTROL_NODE_BIT | 1u)   /* .epochfs itself */
-#define CONTROL_DIR_NAME ".epochfs"
+#include "ns.h"
 
-static inline int control_is_node(uint64_t node)
-{
-	return (node & CONTROL_NODE_BIT) != 0;
-}
+#define CONTROL_DIR_NAME ".epochfs"
 
 enum control_file { CONTROL_STATS_JSON, CONTROL_METRICS, CONTROL__FILES };
 

@@ -1,14 +1,16 @@
-/* source.h - where the core fetches what its RAM cache does not hold.
+/* source.h - what the core's read path fetches a miss from: the interface
+ * every source implements (the SSD tier and storage here in store/, the
+ * owner peer in cluster/), so none of them includes the core.
  *
- * A miss (an item to load, or a request the cache cannot admit) is fetched
- * from an ordered list of sources: later a peer node that owns the item,
- * always storage (SOURCE itself) last. A source that cannot serve a read
- * answers -EAGAIN and the core asks the next one, so a dead or lying peer
- * costs a fallback, never an error the reader sees. Neither the FUSE
+ * A miss (an item to load, or a request no store keeps) is fetched from an
+ * ordered list of sources: the SSD tier, a peer node that owns the item,
+ * and storage (SOURCE itself) always last. A source that cannot serve a
+ * read answers -EAGAIN and the core asks the next one, so a dead or lying
+ * peer costs a fallback, never an error the reader sees. Neither the FUSE
  * adapter nor the cache knows which source answered.
  *
  * With storage as the only source, a fetch is one direct call: no wrapper,
- * no allocation.
+ * no allocation (fs/core/plan.c).
  */
 #ifndef EPOCHFS_SOURCE_H
 #define EPOCHFS_SOURCE_H
@@ -50,6 +52,10 @@ struct source {
 	 * (-ESTALE: the file is no longer at version V). */
 	void (*read)(void *ctx, struct source_item *it, off_t off, size_t len, void *buf,
 		     source_done_fn done, void *arg);
+	/* Its bytes are not checked by the source itself: with --manifest,
+	 * the core checks them before it keeps them (storage; a peer checks
+	 * its replies, the tier checked its items when it took them). */
+	int unchecked;
 };
 
 #endif

@@ -74,7 +74,7 @@ struct prepdir {
 
 static inline uint64_t pd_mknode(unsigned kind, unsigned slot, uint16_t gen, uint64_t payload)
 {
-	return CONTROL_NODE_BIT | PREPDIR_NODE_BIT | (uint64_t)kind << 58 | (uint64_t)slot << 52 |
+	return NS_BIT_VIRTUAL | NS_BIT_PREP | (uint64_t)kind << 58 | (uint64_t)slot << 52 |
 	       (uint64_t)gen << 36 | (payload & ((1ull << 36) - 1));
 }
 

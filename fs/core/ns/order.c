@@ -1,0 +1,621 @@
+/* order.c - the order channel (.epochfs/order/) and following its streams;
+ * see order.h (and docs/prefetch.md).
+ *
+ * DESIGN
+ * - A stream is the order a job wrote: index ids, in order (4 bytes a
+ *   file), a bit per place set once a read of it was seen, a head (one past
+ *   the furthest place seen read) and an issue point (the next place to
+ *   fetch).
+ * - Progress comes from the reads that reach the daemon, not from the job:
+ *   only reads the RAM cache does not answer are looked at (the hit path
+ *   stays free of locks), which is all the prefetcher needs, since it
+ *   fetches exactly those files. A read is matched near the stream's last
+ *   match first, then from LAG places behind its head to SEARCH past it:
+ *   DataLoader workers read a little out of order, and a stray reader
+ *   costs a bounded scan.
+ * - The issue point walks the order place by place and does not jump to
+ *   the head: with several workers, the head is the fastest one's, and the
+ *   places behind it that the others have not read yet are the next ones
+ *   needed. Places seen read are skipped; places more than LAG behind the
+ *   head are given up (their readers went past them).
+ * - "#wait W R" reports add what is new since the stream's last one, but
+ *   a stream never more run time than its age (plus a minute), all streams
+ *   never more than that for each of the 64 slots since the mount, and
+ *   never more wait than run: a writer that keeps resetting its numbers
+ *   (4,000 writes took job_wait_us to 2e18) adds at most real time.
+ * - Node numbers (ns.h): the order bit over the control bit; the slot in
+ *   bits 40-47, the slot's generation in 24-39, a lookup counter in 0-23
+ *   (each lookup a new node, so the kernel never serves a stale status).
+ *   A stream's group (order.h) is its slot and generation.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "clock.h"
+#include "log.h"
+#include "ns.h"
+#include "order.h"
+
+#define SEARCH 4096u                /* places past the head a read is looked for */
+#define NEAR 64u                    /* places around the last match looked at first */
+#define LINE_MAX_BYTES 4096u
+#define REPORT_SLACK_S 60.0         /* run time a report may claim beyond its stream's age */
+#define STATUS_BYTES 1024
+
+struct stream {
+	int used;
+	uint16_t gen;               /* bumped when the slot is reused: old nodes go stale */
+	char name[65];
+	uint32_t *ids;              /* the order */
+	uint8_t *seen;              /* a bit per place: a read of it was seen */
+	uint32_t n, cap;
+	uint32_t head;              /* one past the furthest place seen read */
+	uint32_t last;              /* the place of the last read matched */
+	uint32_t issue;             /* next place to fetch */
+	uint64_t unknown;           /* paths of this order no indexed file has */
+	char part[LINE_MAX_BYTES];  /* a line cut by the end of a write */
+	size_t part_len;
+	size_t text_len;            /* bytes written to this order */
+	double active;              /* last write or matched read */
+	uint64_t epoch;             /* orders written (a new one each truncate / offset 0) */
+	double wait_s, run_s;       /* the stream's last "#wait" report (cumulative) */
+	double born;                /* when the stream was created */
+	double added;               /* run seconds its reports added to job_run_us */
+};
+
+struct order {
+	struct order_opts o;
+	pthread_mutex_t lock;
+	struct stream streams[ORDER_MAX_STREAMS];
+	uint64_t places;            /* in all orders (ORDER_MAX_PATHS at most) */
+	uint64_t lookups;           /* node numbers of stream lookups */
+	unsigned turn;              /* order_next's round robin */
+	double born;                /* order_new */
+	double added;               /* run seconds all reports added */
+	struct order_stats st;
+};
+
+static uint32_t group_of(const struct order *o, const struct stream *s)
+{
+	return (uint32_t)(s - o->streams + 1) << 16 | s->gen;
+}
+
+static uint64_t stream_node(const struct order *o, const struct stream *s)
+{
+	return ORDER_DIR_NODE | (uint64_t)(s - o->streams + 1) << 40 | (uint64_t)s->gen << 24 |
+	       (o->lookups & 0xffffff);
+}
+
+/* The stream a node names, if its slot still holds that generation. Lock held. */
+static struct stream *stream_of(struct order *o, uint64_t node)
+{
+	unsigned slot = (unsigned)(node >> 40 & 0xff);
+	struct stream *s;
+
+	if (!slot || slot > ORDER_MAX_STREAMS)
+		return NULL;
+	s = &o->streams[slot - 1];
+	return s->used && s->gen == (uint16_t)(node >> 24) ? s : NULL;
+}
+
+static int valid_name(const char *name)
+{
+	size_t n = strlen(name);
+
+	if (!n || n > 64 || name[0] == '.')
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char ch = name[i];
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+		      ch == '.' || ch == '_' || ch == '-'))
+			return 0;
+	}
+	return 1;
+}
+
+static struct stream *find_stream(struct order *o, const char *name)
+{
+	for (unsigned i = 0; i < ORDER_MAX_STREAMS; i++)
+		if (o->streams[i].used && !strcmp(o->streams[i].name, name))
+			return &o->streams[i];
+	return NULL;
+}
+
+/* ---- streams (lock held) ---- */
+
+/* A new order for S: what was fetched for the old one goes, and so does
+ * its room (a long order's arrays are not kept for a short one). */
+static void stream_reset(struct order *o, struct stream *s)
+{
+	if (o->o.reset)
+		o->o.reset(o->o.arg, group_of(o, s));
+	o->places -= s->n;
+	free(s->ids);
+	free(s->seen);
+	s->ids = NULL;
+	s->seen = NULL;
+	s->n = s->cap = 0;
+	s->head = s->issue = s->last = 0;
+	s->unknown = 0;
+	s->part_len = 0;
+	s->text_len = 0;
+	s->epoch++;
+	s->active = clock_now_coarse();
+}
+
+static void stream_end(struct order *o, struct stream *s)
+{
+	stream_reset(o, s);
+	s->used = 0;
+	s->epoch = 0;
+	s->wait_s = s->run_s = 0;
+	s->gen++;
+}
+
+/* A job's report "#wait WAIT RUN" (seconds its loader waited for data,
+ * seconds it ran, both since the stream began): adds what is new since the
+ * stream's last report, within what the clock allows: a stream's reports
+ * add at most its age (plus REPORT_SLACK_S: a loader may start counting
+ * before its stream exists) and all of them together at most that for
+ * every stream slot since the mount, so a writer that keeps starting its
+ * numbers again, or streams over, cannot run the counters up. A report
+ * lower than the last starts again (a new loader on a reused name);
+ * anything malformed is ignored. Lock held. */
+static void take_wait(struct order *o, struct stream *s, const char *p, size_t len)
+{
+	char buf[64], *end;
+	double w, r, now = clock_now();
+
+	if (len >= sizeof(buf))
+		return;
+	memcpy(buf, p, len);
+	buf[len] = '\0';
+	w = strtod(buf, &end);
+	if (end == buf || *end != ' ')
+		return;
+	r = strtod(end + 1, &end);
+	if (*end || !(w >= 0) || !(r >= w) || r > 1e9)
+		return;
+	if (r < s->run_s || w < s->wait_s)
+		s->wait_s = s->run_s = 0;
+	double dr = r - s->run_s, dw = w - s->wait_s;
+	double most = now - s->born + REPORT_SLACK_S - s->added;
+	double all = ORDER_MAX_STREAMS * (now - o->born + REPORT_SLACK_S) - o->added;
+	if (dr > most)
+		dr = most;
+	if (dr > all)
+		dr = all;
+	if (dr < 0)
+		dr = 0;
+	if (dw > dr)
+		dw = dr;
+	o->st.job_wait_us += (uint64_t)(dw * 1e6);
+	o->st.job_run_us += (uint64_t)(dr * 1e6);
+	s->added += dr;
+	o->added += dr;
+	s->wait_s = w;
+	s->run_s = r;
+}
+
+/* Appends one line (LEN bytes, no newline) to S's order. 0, -EINVAL (not a
+ * relative path inside the mount), -EFBIG, -ENOMEM. Lock held. */
+static int take_line(struct order *o, struct stream *s, const char *line, size_t len)
+{
+	uint32_t id;
+
+	while (len && line[len - 1] == '\r')
+		len--;
+	if (len > 6 && !memcmp(line, "#wait ", 6)) {
+		take_wait(o, s, line + 6, len - 6);
+		return 0;
+	}
+	if (!len || line[0] == '#')
+		return 0;
+	if (line[0] == '/' || memchr(line, '\0', len))
+		return -EINVAL;
+	for (size_t i = 0, start = 0; i <= len; i++) {
+		if (i < len && line[i] != '/')
+			continue;
+		size_t n = i - start;
+		if (!n || (n == 2 && line[start] == '.' && line[start + 1] == '.'))
+			return -EINVAL;
+		start = i + 1;
+	}
+	if (o->o.resolve(o->o.arg, line, len, &id) < 0) {
+		s->unknown++;
+		o->st.unknown++;
+		return 0;
+	}
+	if (o->places >= ORDER_MAX_PATHS)
+		return -EFBIG;
+	if (s->n == s->cap) {
+		uint32_t cap = s->cap ? s->cap * 2 : 1024;
+		if (cap > s->n + (ORDER_MAX_PATHS - o->places))
+			cap = (uint32_t)(s->n + (ORDER_MAX_PATHS - o->places));
+		uint32_t *ids = realloc(s->ids, cap * sizeof(*ids));
+		if (!ids)
+			return -ENOMEM;
+		s->ids = ids;
+		uint8_t *seen = realloc(s->seen, (cap + 7) / 8);
+		if (!seen)
+			return -ENOMEM;
+		s->seen = seen;
+		s->cap = cap;
+	}
+	s->seen[s->n / 8] &= (uint8_t)~(1u << (s->n % 8));
+	s->ids[s->n++] = id;
+	o->places++;
+	o->st.paths++;
+	return 0;
+}
+
+int order_new(const struct order_opts *opts, struct order **out)
+{
+	struct order *o = calloc(1, sizeof(*o));
+
+	if (!o)
+		return -ENOMEM;
+	o->o = *opts;
+	o->born = clock_now();
+	if (o->o.expire_s <= 0)
+		o->o.expire_s = 300;
+	pthread_mutex_init(&o->lock, NULL);
+	*out = o;
+	return 0;
+}
+
+void order_free(struct order *o)
+{
+	if (!o)
+		return;
+	for (unsigned i = 0; i < ORDER_MAX_STREAMS; i++) {
+		free(o->streams[i].ids);
+		free(o->streams[i].seen);
+	}
+	pthread_mutex_destroy(&o->lock);
+	free(o);
+}
+
+void order_get_stats(struct order *o, struct order_stats *s)
+{
+	pthread_mutex_lock(&o->lock);
+	*s = o->st;
+	s->places = o->places;
+	s->streams = 0;
+	for (unsigned i = 0; i < ORDER_MAX_STREAMS; i++)
+		s->streams += o->streams[i].used;
+	pthread_mutex_unlock(&o->lock);
+}
+
+/* ---- the namespace ---- */
+
+int order_lookup(struct order *o, uint64_t parent, const char *name, struct order_attr *a)
+{
+	int ret = -ENOENT;
+
+	if (parent != ORDER_DIR_NODE)
+		return -ENOTDIR;
+	pthread_mutex_lock(&o->lock);
+	struct stream *s = find_stream(o, name);
+	if (s) {
+		o->lookups++;
+		*a = (struct order_attr){ .node = stream_node(o, s) };
+		ret = 0;
+	}
+	pthread_mutex_unlock(&o->lock);
+	return ret;
+}
+
+/* The status text of S into BUF (STATUS_BYTES). Lock held. */
+static int status_text(const struct stream *s, char *buf)
+{
+	return snprintf(buf, STATUS_BYTES,
+			"stream %s\norder %llu: %u files (%llu paths no file has)\nread up to %u, fetched up to %u\n"
+			"waited for data %.1f s of %.1f s\n",
+			s->name, (unsigned long long)s->epoch, s->n, (unsigned long long)s->unknown,
+			s->head, s->issue, s->wait_s, s->run_s);
+}
+
+int order_getattr(struct order *o, uint64_t node, struct order_attr *a)
+{
+	char text[STATUS_BYTES];
+	int ret = 0;
+
+	if (node == ORDER_DIR_NODE) {
+		*a = (struct order_attr){ .node = node, .is_dir = 1 };
+		return 0;
+	}
+	pthread_mutex_lock(&o->lock);
+	struct stream *s = stream_of(o, node);
+	if (!s)
+		ret = -ENOENT;
+	else
+		*a = (struct order_attr){ .node = node, .size = (size_t)status_text(s, text) };
+	pthread_mutex_unlock(&o->lock);
+	return ret;
+}
+
+int order_create(struct order *o, uint64_t parent, const char *name, struct order_attr *a)
+{
+	int ret = 0;
+
+	if (parent != ORDER_DIR_NODE)
+		return -EROFS;
+	if (!valid_name(name))
+		return -EINVAL;
+	pthread_mutex_lock(&o->lock);
+	struct stream *s = find_stream(o, name);
+	for (unsigned i = 0; i < ORDER_MAX_STREAMS && !s; i++)
+		if (!o->streams[i].used) {
+			s = &o->streams[i];
+			s->used = 1;
+			snprintf(s->name, sizeof(s->name), "%s", name);
+			stream_reset(o, s);
+			s->born = clock_now();
+			s->added = 0;
+		}
+	if (!s) {
+		ret = -ENOSPC;
+	} else {
+		o->lookups++;
+		*a = (struct order_attr){ .node = stream_node(o, s) };
+	}
+	pthread_mutex_unlock(&o->lock);
+	return ret;
+}
+
+ssize_t order_write(struct order *o, uint64_t node, const void *buf, size_t len, off_t off)
+{
+	const char *p = buf, *end = p + len;
+	ssize_t ret = (ssize_t)len;
+	int err = 0;
+
+	pthread_mutex_lock(&o->lock);
+	struct stream *s = stream_of(o, node);
+	if (!s) {
+		pthread_mutex_unlock(&o->lock);
+		return -ENOENT;
+	}
+	if (off == 0 && s->text_len)
+		stream_reset(o, s);         /* written from the start: a new order */
+	s->text_len += len;
+	s->active = clock_now_coarse();
+	while (p < end && !err) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		size_t n = (size_t)((nl ? nl : end) - p);
+		if (s->part_len + n > LINE_MAX_BYTES) {
+			err = -EINVAL;
+			break;
+		}
+		memcpy(s->part + s->part_len, p, n);
+		s->part_len += n;
+		if (!nl)
+			break;              /* the rest of this line comes with the next write */
+		err = take_line(o, s, s->part, s->part_len);
+		s->part_len = 0;
+		p = nl + 1;
+	}
+	if (err) {
+		log_warn("order %s: %s after %u files; the order keeps them", s->name,
+			 err == -EFBIG ? "more paths than the orders of all streams take (16M)" :
+			 err == -ENOMEM ? "out of memory" :
+			 "a line is not a path inside the mount (relative, no '..', under 4096 bytes)", s->n);
+		s->part_len = 0;
+		ret = err;
+	}
+	pthread_mutex_unlock(&o->lock);
+	if (o->o.wake)
+		o->o.wake(o->o.arg);
+	return ret;
+}
+
+int order_truncate(struct order *o, uint64_t node, off_t size)
+{
+	int ret = 0;
+
+	if (size != 0)
+		return -EINVAL;
+	pthread_mutex_lock(&o->lock);
+	struct stream *s = stream_of(o, node);
+	if (s)
+		stream_reset(o, s);
+	else
+		ret = -ENOENT;
+	pthread_mutex_unlock(&o->lock);
+	return ret;
+}
+
+int order_unlink(struct order *o, uint64_t parent, const char *name)
+{
+	int ret = 0;
+
+	if (parent != ORDER_DIR_NODE)
+		return -EROFS;
+	pthread_mutex_lock(&o->lock);
+	struct stream *s = find_stream(o, name);
+	if (s)
+		stream_end(o, s);
+	else
+		ret = -ENOENT;
+	pthread_mutex_unlock(&o->lock);
+	return ret;
+}
+
+ssize_t order_read(struct order *o, uint64_t node, void *buf, size_t len, off_t off)
+{
+	char text[STATUS_BYTES];
+	ssize_t n = -ENOENT;
+
+	if (node == ORDER_DIR_NODE)
+		return -EISDIR;
+	pthread_mutex_lock(&o->lock);
+	struct stream *s = stream_of(o, node);
+	if (s) {
+		size_t t = (size_t)status_text(s, text);
+		n = off < 0 ? -EINVAL : (size_t)off >= t ? 0 : (ssize_t)(t - (size_t)off < len ? t - (size_t)off : len);
+		if (n > 0)
+			memcpy(buf, text + off, (size_t)n);
+	}
+	pthread_mutex_unlock(&o->lock);
+	return n;
+}
+
+const char *order_dirent(struct order *o, uint64_t pos, char *name, size_t len)
+{
+	const char *ret = NULL;
+	uint64_t k = 0;
+
+	pthread_mutex_lock(&o->lock);
+	for (unsigned i = 0; i < ORDER_MAX_STREAMS && !ret; i++)
+		if (o->streams[i].used && k++ == pos) {
+			snprintf(name, len, "%s", o->streams[i].name);
+			ret = name;
+		}
+	pthread_mutex_unlock(&o->lock);
+	return ret;
+}
+
+/* ---- following the streams ---- */
+
+static int is_seen(const struct stream *s, uint32_t q)
+{
+	return s->seen[q / 8] >> (q % 8) & 1;
+}
+
+/* The place of ID in S at or near its readers, or -1. Lock held. */
+static int64_t match(const struct stream *s, uint32_t id)
+{
+	uint32_t from = s->last > NEAR ? s->last - NEAR : 0, to = s->last + NEAR;
+
+	/* Near the last match first: consecutive reads are near neighbours,
+	 * and the rest of a file read in several requests is seen already. */
+	if (to > s->n)
+		to = s->n;
+	for (uint32_t q = from; q < to; q++)
+		if (s->ids[q] == id)
+			return q;
+	from = s->head > ORDER_LAG ? s->head - ORDER_LAG : 0;
+	to = s->head + SEARCH < s->n ? s->head + SEARCH : s->n;
+	for (uint32_t q = from; q < to; q++)
+		if (s->ids[q] == id && !is_seen(s, q))
+			return q;
+	return -1;
+}
+
+void order_seen(struct order *o, uint32_t id)
+{
+	int moved = 0;
+
+	pthread_mutex_lock(&o->lock);
+	for (unsigned i = 0; i < ORDER_MAX_STREAMS; i++) {
+		struct stream *s = &o->streams[i];
+		if (!s->used || !s->n)
+			continue;
+		int64_t q = match(s, id);
+		if (q < 0)
+			continue;
+		s->seen[q / 8] |= (uint8_t)(1u << (q % 8));
+		if (q >= s->issue)
+			o->st.first++;      /* the reader came before the prefetcher */
+		if (q + 1 > s->head) {
+			s->head = (uint32_t)q + 1;
+			moved = 1;
+		}
+		s->last = (uint32_t)q;
+		s->active = clock_now_coarse();
+	}
+	pthread_mutex_unlock(&o->lock);
+	if (moved && o->o.wake)
+		o->o.wake(o->o.arg);
+}
+
+/* Gives up S's places its readers left LAG behind. Lock held. */
+static void catch_up(struct stream *s)
+{
+	if (s->head > ORDER_LAG && s->issue < s->head - ORDER_LAG)
+		s->issue = s->head - ORDER_LAG;
+}
+
+int order_next(struct order *o, unsigned window, struct order_pick *p)
+{
+	int found = 0;
+
+	pthread_mutex_lock(&o->lock);
+	for (unsigned k = 0; k < ORDER_MAX_STREAMS && !found; k++) {
+		struct stream *s = &o->streams[(o->turn + k) % ORDER_MAX_STREAMS];
+		if (!s->used)
+			continue;
+		catch_up(s);
+		while (s->issue < s->n && (uint64_t)s->issue < (uint64_t)s->head + window) {
+			uint32_t place = s->issue++;
+			if (is_seen(s, place))
+				continue;
+			*p = (struct order_pick){ .group = group_of(o, s), .place = place, .id = s->ids[place] };
+			found = 1;
+			break;
+		}
+	}
+	o->turn++;
+	pthread_mutex_unlock(&o->lock);
+	return found;
+}
+
+int order_ready(struct order *o, unsigned window, unsigned batch)
+{
+	int ready = 0;
+
+	pthread_mutex_lock(&o->lock);
+	for (unsigned i = 0; i < ORDER_MAX_STREAMS && !ready; i++) {
+		struct stream *s = &o->streams[i];
+		if (!s->used)
+			continue;
+		catch_up(s);
+		uint64_t to = (uint64_t)s->head + window;
+		if (s->issue >= s->n)
+			continue;
+		if (to > s->n)
+			to = s->n;
+		ready = to >= (uint64_t)s->issue + batch || to == s->n;
+	}
+	pthread_mutex_unlock(&o->lock);
+	return ready;
+}
+
+void order_snapshot(struct order *o, struct order_heads *h)
+{
+	pthread_mutex_lock(&o->lock);
+	for (unsigned i = 0; i < ORDER_MAX_STREAMS; i++) {
+		const struct stream *s = &o->streams[i];
+		h->group[i] = s->used ? group_of(o, s) : 0;
+		h->head[i] = s->head;
+	}
+	pthread_mutex_unlock(&o->lock);
+}
+
+int order_passed(const struct order_heads *h, uint32_t group, uint32_t place)
+{
+	unsigned slot = group >> 16;
+
+	if (!slot || slot > ORDER_MAX_STREAMS || h->group[slot - 1] != group)
+		return 1;                   /* its stream ended or was replaced */
+	return h->head[slot - 1] > ORDER_LAG && place < h->head[slot - 1] - ORDER_LAG;
+}
+
+void order_expire(struct order *o)
+{
+	double t = clock_now_coarse();
+
+	pthread_mutex_lock(&o->lock);
+	for (unsigned i = 0; i < ORDER_MAX_STREAMS; i++) {
+		struct stream *s = &o->streams[i];
+		if (s->used && t - s->active > o->o.expire_s) {
+			log_info("order %s: no read seen for %.0f s; the stream is dropped", s->name, o->o.expire_s);
+			stream_end(o, s);
+		}
+	}
+	pthread_mutex_unlock(&o->lock);
+}

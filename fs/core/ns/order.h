@@ -1,0 +1,130 @@
+/* order.h - the order channel: jobs say the order they will read files in.
+ *
+ * The channel is the directory MOUNTPOINT/.epochfs/order/: a job writes
+ * the paths it will read, relative to the mount's root, one a line, to a
+ * file of its own there (its *stream*: one per DataLoader, per DDP rank,
+ * per job). Writing from offset 0, or truncating, starts a new order (a
+ * new epoch); writing on appends. Reading the file back gives the stream's
+ * state as text. rm ends it; a stream with no write and no read seen for
+ * expire_s is dropped (order_expire). A line "#wait W R" is a report, not a
+ * path: the job's loader waited W of the R seconds it ran (epochfs-run
+ * writes one a second); they add up in job_wait_us and job_run_us, never
+ * faster than time passes.
+ *
+ * Each stream is followed from the reads that reach the daemon
+ * (order_seen): a read of a file moves the stream's head to that file's
+ * place. The prefetcher asks for the next places to fetch (order_next):
+ * round robin over the streams, within a window past each head, skipping
+ * places seen read and giving up places its readers left LAG behind.
+ *
+ * This module knows paths, ids and places only: what a path is comes from
+ * the RESOLVE callback (the index), what happens to a stream's fetched
+ * items when it starts over from RESET. So it is unit-tested alone.
+ *
+ * Memory: at most ORDER_MAX_PATHS places in all streams together (5 bytes
+ * a place), and a stream's arrays are freed when it starts over, so a
+ * stream that once held a long order does not keep its room (4 streams of
+ * 16M paths reset: 276 MiB held for nothing before).
+ *
+ * Thread safety: every function may be called from any thread; one mutex.
+ * RESET runs under it (it may take a leaf lock only: staging's); WAKE runs
+ * with no lock held.
+ */
+#ifndef EPOCHFS_ORDER_H
+#define EPOCHFS_ORDER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define ORDER_DIR_NAME "order"
+#define ORDER_MAX_STREAMS 64
+#define ORDER_MAX_PATHS (16u << 20)        /* places in all streams' orders together */
+#define ORDER_LAG 4096u                    /* places behind a head a read is still matched, and
+					    * a fetched item still waits for its reader (a
+					    * loader's spread: workers x batches in flight x
+					    * batch size) */
+
+struct order;
+
+struct order_opts {
+	double expire_s;            /* an idle stream is dropped after this; 0: 300 s */
+	/* 0 and *ID for a regular file at REL (LEN bytes, a checked relative
+	 * path), or -ENOENT. */
+	int (*resolve)(void *arg, const char *rel, size_t len, uint32_t *id);
+	/* GROUP's order started over or ended: what was fetched for it is of
+	 * no use. Under the order lock. */
+	void (*reset)(void *arg, uint32_t group);
+	/* A head moved or an order grew: the prefetcher may have work. */
+	void (*wake)(void *arg);
+	void *arg;
+};
+
+struct order_stats {
+	uint64_t streams;           /* gauge */
+	uint64_t places;            /* gauge: places in all orders */
+	uint64_t paths;             /* paths taken into orders */
+	uint64_t unknown;           /* paths no indexed file has (skipped) */
+	uint64_t first;             /* reads that came before the prefetcher fetched their file */
+	uint64_t job_wait_us;       /* jobs' time waiting for data, from their "#wait" lines */
+	uint64_t job_run_us;        /* the time those lines cover */
+};
+
+int order_new(const struct order_opts *o, struct order **out);
+void order_free(struct order *o);
+void order_get_stats(struct order *o, struct order_stats *s);
+
+/* ---- the namespace: .epochfs/order/ (node numbers: ns.h) ---- */
+
+struct order_attr {
+	uint64_t node;
+	int is_dir;
+	size_t size;
+};
+
+int order_lookup(struct order *o, uint64_t parent, const char *name, struct order_attr *a);
+int order_getattr(struct order *o, uint64_t node, struct order_attr *a);
+/* A new stream NAME (letters, digits, '.', '_', '-'; at most 64): creating
+ * an existing one reopens it. -ENOSPC with ORDER_MAX_STREAMS streams,
+ * -EINVAL for a bad name, -EROFS outside the directory. */
+int order_create(struct order *o, uint64_t parent, const char *name, struct order_attr *a);
+/* Order text: LEN, or -EINVAL (a line that is no relative path inside the
+ * mount: absolute, '..', an empty component, NUL, over 4095 bytes; the
+ * lines before it are kept), -EFBIG (over ORDER_MAX_PATHS in all). */
+ssize_t order_write(struct order *o, uint64_t node, const void *buf, size_t len, off_t off);
+/* SIZE 0 starts a new order (O_TRUNC); other sizes: -EINVAL. */
+int order_truncate(struct order *o, uint64_t node, off_t size);
+int order_unlink(struct order *o, uint64_t parent, const char *name);
+/* The stream's state as text; the directory: -EISDIR. */
+ssize_t order_read(struct order *o, uint64_t node, void *buf, size_t len, off_t off);
+/* The POS-th stream's name into NAME, or NULL past the end. */
+const char *order_dirent(struct order *o, uint64_t pos, char *name, size_t len);
+
+/* ---- following the streams ---- */
+
+/* A reader's read of file ID reached the daemon: the streams that expect
+ * it move their heads. */
+void order_seen(struct order *o, uint32_t id);
+
+/* One place to fetch. GROUP names the stream (and its incarnation). */
+struct order_pick {
+	uint32_t group, place, id;
+};
+/* The next place to fetch, round robin over the streams, within WINDOW
+ * places past each head: 1 and *P, or 0 when none has one. */
+int order_next(struct order *o, unsigned window, struct order_pick *p);
+/* 1 if some stream has at least BATCH places to fetch within WINDOW (or
+ * the rest of its order). */
+int order_ready(struct order *o, unsigned window, unsigned batch);
+/* Whether GROUP's fetch for PLACE is past use (its stream ended, or its
+ * readers went LAG places past it), as of the last order_snapshot(). */
+struct order_heads {
+	uint32_t group[ORDER_MAX_STREAMS];          /* 0: no stream in the slot */
+	uint32_t head[ORDER_MAX_STREAMS];
+};
+void order_snapshot(struct order *o, struct order_heads *h);
+int order_passed(const struct order_heads *h, uint32_t group, uint32_t place);
+/* Drops streams idle past expire_s (one log line each). */
+void order_expire(struct order *o);
+
+#endif
