@@ -13,10 +13,23 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include "cache.h"
 #include "core_int.h"
+#include "index.h"
 #include "log.h"
+#include "maint.h"
+#include "manifest.h"
 #include "memwatch.h"
+#include "order.h"
+#include "persist.h"
+#include "prefetch.h"
+#include "prepdir.h"
+#include "pressure.h"
+#include "staging.h"
+#include "storage.h"
+#include "tier.h"
 #include "trust.h"
+#include "watch.h"
 
 uint64_t core_ram_bytes(void)
 {

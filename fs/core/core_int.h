@@ -1,28 +1,35 @@
 /* core_int.h - the inside of struct core, for the core's own files only:
- * core.c (wiring and lifecycle), nodes.c (the namespaces), read.c (the read
- * path), metrics.c (the catalogue of samples). Everything else sees the
- * opaque struct core of core.h.
+ * core.c (wiring and lifecycle), nodes.c and ns/ns_*.c (the namespaces),
+ * read.c and plan.c (the read path), prefetch.c and pressure.c (its
+ * threads), metrics.c (the catalogue of samples). Everything else sees the
+ * opaque struct core of core.h. The modules' own types are declared, not
+ * included: each file includes the headers of the modules it calls.
  */
 #ifndef EPOCHFS_CORE_INT_H
 #define EPOCHFS_CORE_INT_H
 
-#include "cache.h"
+#include <stdint.h>
+
 #include "control.h"
 #include "core.h"
-#include "index.h"
-#include "maint.h"
-#include "manifest.h"
-#include "ns.h"
-#include "order.h"
-#include "persist.h"
-#include "prefetch.h"
-#include "prepdir.h"
-#include "pressure.h"
 #include "source.h"
-#include "staging.h"
-#include "storage.h"
-#include "tier.h"
-#include "watch.h"
+#include "stats.h"
+
+/* The modules the core wires together: each file includes the headers of
+ * those it uses. */
+struct cache;
+struct index;
+struct maint;
+struct manifest;
+struct order;
+struct persist;
+struct prefetch;
+struct prepdir;
+struct pressure;
+struct staging;
+struct storage;
+struct tier;
+struct watch;
 
 #define CORE_MAX_SAMPLES 640     /* ours (about 110), and the peer layer's (at most 64 peers x 5 + 8) */
 

@@ -8,8 +8,19 @@
  */
 #include <unistd.h>
 
+#include "cache.h"
 #include "core_int.h"
+#include "index.h"
+#include "order.h"
+#include "persist.h"
+#include "prefetch.h"
+#include "prepdir.h"
+#include "pressure.h"
+#include "staging.h"
+#include "storage.h"
+#include "tier.h"
 #include "version.h"
+#include "watch.h"
 
 int core_render(void *arg, enum control_file f, char *buf, size_t len)
 {

@@ -26,8 +26,10 @@
 #include <unistd.h>
 
 #include "core_int.h"
-#include "log.h"
+#include "index.h"
+#include "order.h"
 #include "path.h"
+#include "prepdir.h"
 
 static const struct ns_ops *const ops[NS__COUNT] = {
 	[NS_DATA] = &ns_data_ops,

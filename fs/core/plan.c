@@ -27,9 +27,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache.h"
 #include "core_int.h"
+#include "index.h"
 #include "log.h"
+#include "manifest.h"
+#include "order.h"
 #include "plan.h"
+#include "staging.h"
+#include "storage.h"
+#include "tier.h"
 
 /* One item past the hit path: a load, a wait, a read of the sources. */
 struct read_ctx {

@@ -20,8 +20,10 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "cache.h"
 #include "clock.h"
 #include "core_int.h"
+#include "index.h"
 #include "log.h"
 #include "order.h"
 #include "plan.h"

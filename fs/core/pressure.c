@@ -18,8 +18,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "cache.h"
 #include "core_int.h"
+#include "index.h"
 #include "log.h"
+#include "memwatch.h"
 #include "pressure.h"
 
 #define MIB (1ull << 20)

@@ -16,7 +16,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cache.h"
 #include "core_int.h"
+#include "index.h"
 #include "plan.h"
 #include "syncwait.h"
 

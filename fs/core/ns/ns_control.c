@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "core_int.h"
+#include "order.h"
 
 static void attr_of(struct core *c, const struct control_attr *ca, struct core_attr *a)
 {

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "core_int.h"
+#include "order.h"
 
 static void attr_of(struct core *c, const struct order_attr *oa, struct core_attr *a)
 {

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include "core_int.h"
+#include "prepdir.h"
 
 static void attr_of(const struct prepdir_attr *pa, double valid, struct core_attr *a)
 {
