@@ -49,7 +49,7 @@ LIBS = $(PKG_LIBS) -lpthread -lm
 #   fs/store/   where names and bytes live: index, RAM cache, storage, manifest
 #   fs/cluster/ partitioned peers: ownership, peer lists, protocol, client, server
 #   fs/util/    the log, a sync waiter, the memory watch, service notify, trust checks, the version
-CORE_SRC := fs/util/log.c fs/util/memwatch.c fs/util/notify.c fs/util/trust.c fs/options.c \
+CORE_SRC := fs/util/log.c fs/util/memwatch.c fs/util/notify.c fs/util/trust.c fs/util/httpd.c fs/options.c \
 	    fs/core/core.c fs/core/nodes.c fs/core/read.c fs/core/plan.c fs/core/prefetch.c fs/core/pressure.c \
 	    fs/core/metrics.c fs/core/stats.c fs/core/watch.c \
 	    fs/core/ns/control.c fs/core/ns/order.c fs/core/ns/prepdir.c fs/core/ns/prepspec.c \

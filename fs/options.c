@@ -20,7 +20,7 @@ enum {
 	OPT_PEER_PORT, OPT_PEER_LISTEN, OPT_SECRET_FILE, OPT_INSECURE_PEERS, OPT_PEER_TIMEOUT,
 	OPT_CACHE_REMOTE, OPT_NO_PEERS, OPT_MANIFEST, OPT_PREFETCH_MEM, OPT_PREFETCH_WINDOW, OPT_ORDER_EXPIRE,
 	OPT_NO_ORDER, OPT_PAGE_CACHE, OPT_NO_MEM_WATCH, OPT_STATE_DIR, OPT_NO_PERSIST, OPT_PERSIST,
-	OPT_CACHE_DIR, OPT_CACHE_DIR_SIZE, OPT_CACHE_DIR_IO,
+	OPT_CACHE_DIR, OPT_CACHE_DIR_SIZE, OPT_CACHE_DIR_IO, OPT_METRICS_ADDR,
 };
 
 static const struct option longopts[] = {
@@ -52,6 +52,7 @@ static const struct option longopts[] = {
 	{ "cache-dir", required_argument, NULL, OPT_CACHE_DIR },
 	{ "cache-dir-size", required_argument, NULL, OPT_CACHE_DIR_SIZE },
 	{ "cache-dir-io", required_argument, NULL, OPT_CACHE_DIR_IO },
+	{ "metrics-addr", required_argument, NULL, OPT_METRICS_ADDR },
 	{ "prefault", required_argument, NULL, OPT_PREFAULT },
 	{ "no-prep", no_argument, NULL, OPT_NO_PREP },
 	{ "prep-mem", required_argument, NULL, OPT_PREP_MEM },
@@ -100,6 +101,9 @@ void options_usage(void *fp, const char *prog)
 		"      --open           answer open() in the daemon instead of letting the\n"
 		"                       kernel skip it (slower; for comparisons)\n"
 		"      --log FILE       where the daemon writes its messages once detached\n"
+		"      --metrics-addr HOST:PORT  serve the counters over HTTP for Prometheus:\n"
+		"                       /metrics (its text format) and /stats.json, as in\n"
+		"                       MOUNTPOINT/.epochfs/ (127.0.0.1:9567; :PORT for all addresses)\n"
 		"      --cache-size SIZE  RAM cache budget: bytes with K/M/G/T, or N%% of RAM;\n"
 		"                       0 disables (default %u%% of RAM, at most the dataset)\n"
 		"      --cache-chunk SIZE files larger than this are cached in pieces of\n"
@@ -565,6 +569,11 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 				FAIL("--cache-dir %s: at most %u directories", optarg, o->ncache_dirs);
 			o->cache_dirs[o->ncache_dirs++] = optarg;
 			break;
+		case OPT_METRICS_ADDR:
+			if (!*optarg || !strchr(optarg, ':'))
+				FAIL("--metrics-addr %s: expected HOST:PORT (127.0.0.1:9567), [IPV6]:PORT or :PORT", optarg);
+			o->metrics_addr = optarg;
+			break;
 		case OPT_CACHE_DIR_IO:
 			if (!strcmp(optarg, "direct"))
 				o->cache_dir_buffered = 0;
@@ -646,6 +655,19 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 		FAIL("--state-dir with --persist off (or --no-persist): give one of them");
 	if (o->ncache_dir_sizes && !o->ncache_dirs)
 		FAIL("--cache-dir-size needs --cache-dir");
+	/* One budget: what the daemon holds in RAM, given together, fits the
+	 * machine (or its memory cgroup). The default cache takes what the
+	 * others leave (core_open). */
+	uint64_t ram = core_ram_bytes(), held = (o->cache_size_set ? o->cache_size : 0) + o->prefetch_mem + o->prep_mem;
+	if (ram && o->prefetch_mem > ram)
+		FAIL("--prefetch-mem: %.1f GiB, more than this machine's memory (%.1f GiB)", o->prefetch_mem / 1073741824.0,
+		     ram / 1073741824.0);
+	if (ram && o->prep_mem > ram)
+		FAIL("--prep-mem: %.1f GiB, more than this machine's memory (%.1f GiB)", o->prep_mem / 1073741824.0,
+		     ram / 1073741824.0);
+	if (ram && held > ram)
+		FAIL("--cache-size, --prefetch-mem and --prep-mem come to %.1f GiB together, more than this machine's "
+		     "memory (%.1f GiB): they share one budget", held / 1073741824.0, ram / 1073741824.0);
 	if (o->ncache_dir_sizes > 1 && o->ncache_dir_sizes != o->ncache_dirs)
 		FAIL("%u --cache-dir-size for %u --cache-dir: give one for all, or one per directory",
 		     o->ncache_dir_sizes, o->ncache_dirs);

@@ -57,6 +57,7 @@ struct options {
 	uint64_t cache_dir_sizes[8];        /* --cache-dir-size, in order */
 	unsigned ncache_dir_sizes;
 	int cache_dir_buffered;     /* --cache-dir-io buffered */
+	const char *metrics_addr;   /* --metrics-addr HOST:PORT, or NULL */
 	int help, version;
 	/* Storage for the command line as options_parse() rewrote it (-o
 	 * spellings of long options, options after SOURCE MOUNTPOINT as mount

@@ -60,19 +60,35 @@ int mstats_parse(const char *text, struct mstats *s)
 			return -EBADMSG;
 		p = skip_ws(p);
 		if (*p == '"') {
-			/* A plain string: no escapes, no control characters. */
-			size_t tl = strcspn(p + 1, "\"\\");
-			if (p[1 + tl] != '"' || tl >= MSTATS_TEXT || s->nt == MSTATS_TEXTS)
+			/* A string: the escapes the daemon writes (\" \\ \n \u00XX). */
+			size_t tl = 0;
+			if (s->nt == MSTATS_TEXTS)
 				return -EBADMSG;
-			for (size_t i = 0; i < tl; i++)
-				if ((unsigned char)p[1 + i] < 0x20)
+			for (p++; *p != '"'; p++) {
+				char ch = *p;
+				if (!ch || (unsigned char)ch < 0x20 || tl + 1 >= MSTATS_TEXT)
 					return -EBADMSG;
+				if (ch == '\\') {
+					ch = *++p;
+					if (ch == 'n') {
+						ch = '\n';
+					} else if (ch == 'u') {
+						unsigned v;
+						if (sscanf(p + 1, "%4x", &v) != 1 || v > 0x7f)
+							return -EBADMSG;
+						ch = (char)v;
+						p += 4;
+					} else if (ch != '"' && ch != '\\' && ch != '/') {
+						return -EBADMSG;
+					}
+				}
+				s->text[s->nt][tl++] = ch;
+			}
 			memcpy(s->tname[s->nt], key, len);
 			s->tname[s->nt][len] = '\0';
-			memcpy(s->text[s->nt], p + 1, tl);
 			s->text[s->nt][tl] = '\0';
 			s->nt++;
-			p += tl + 2;
+			p++;
 		} else {
 			memcpy(s->name[s->n], key, len);
 			s->name[s->n][len] = '\0';

@@ -15,7 +15,7 @@
 
 #define MSTATS_MAX 640         /* the daemon's samples at most (CORE_MAX_SAMPLES) */
 #define MSTATS_NAME 48
-#define MSTATS_TEXTS 8          /* string values at most */
+#define MSTATS_TEXTS 16         /* string values at most */
 #define MSTATS_TEXT 768         /* persist_state names a path and why */
 
 struct mstats {

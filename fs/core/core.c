@@ -15,6 +15,7 @@
 
 #include "cache.h"
 #include "core_int.h"
+#include "httpd.h"
 #include "index.h"
 #include "log.h"
 #include "maint.h"
@@ -68,14 +69,6 @@ static int persist_check(void *arg, uint32_t id, uint32_t chunk, const struct in
 	return f < 0 || manifest_check(c->man, (uint32_t)f, chunk, data, len) != 0;
 }
 
-/* Makes S fit a string sample (stats.h: no '"', '\\' or control bytes). */
-static void info_text(char *s)
-{
-	for (; *s; s++)
-		if (*s == '"' || *s == '\\' || (unsigned char)*s < 32)
-			*s = '\'';
-}
-
 /* Opens the cache's state directory (the default one for the mount point
  * unless --state-dir), after freeing this user's orphaned states. 0 with
  * c->persist set; 1: the cache runs without a state (anonymous memory,
@@ -121,7 +114,6 @@ static int persist_setup(struct core *c, const struct core_opts *o, uint64_t cap
 	if (e >= 0) {
 		snprintf(c->persist_why, sizeof(c->persist_why), "on (%s): %.690s",
 			 o->persist == PERSIST_MODE_ALWAYS ? "always" : "crash", dir);
-		info_text(c->persist_why);
 		return 0;
 	}
 	if (o->state_dir && e != -ENOSPC) {
@@ -131,7 +123,6 @@ static int persist_setup(struct core *c, const struct core_opts *o, uint64_t cap
 	/* The default place is not ours to use, or no state filesystem has
 	 * room: the cache lives in anonymous memory and dies with the daemon. */
 	snprintf(c->persist_why, sizeof(c->persist_why), "off: %s", err);
-	info_text(c->persist_why);
 	if (e == -ENOSPC)
 		log_info("%s: the cache uses anonymous memory and will not survive a restart", err);
 	else
@@ -297,6 +288,23 @@ static int prep_setup(struct core *c, const struct core_opts *o)
 	return prepdir_new(&io, &go, &c->prep);
 }
 
+/* The options in force, in words, for stats.json ("options"). */
+static void options_text(struct core *c)
+{
+	const struct core_opts *o = &c->opts;
+	static const char *const persist[] = { "off", "crash", "always" };
+	static const char *const page[] = { "auto", "keep", "drop" };
+
+	snprintf(c->options, sizeof(c->options),
+		 "cache-size=%llu cache-chunk=%u persist=%s cache-dirs=%u prefetch-mem=%llu prefetch-window=%u "
+		 "order=%s page-cache=%s mem-watch=%s timeout=%g verify=%s manifest=%s prep=%s peers=%s",
+		 (unsigned long long)core_cache_capacity(c), c->chunk, persist[o->persist % 3], o->ncache_dirs,
+		 (unsigned long long)o->prefetch_mem, o->prefetch_window ? o->prefetch_window : PREFETCH_DEFAULT_WINDOW,
+		 o->no_order ? "off" : "on", page[o->page_cache % 3], o->no_mem_watch ? "off" : "on", o->timeout,
+		 o->verify ? "on" : "off", c->man ? "on" : "off", c->prep ? "on" : "off",
+		 c->peer.owns ? "on" : "off");
+}
+
 /* ---- .epochfs/order/, staging and the prefetcher ---- */
 
 static int order_resolve(void *arg, const char *rel, size_t len, uint32_t *id)
@@ -380,6 +388,8 @@ int core_open(const struct core_opts *o, struct core **out)
 	if (err < 0)
 		goto fail;
 	c->chunk = (uint32_t)(o->cache_chunk ? o->cache_chunk : CORE_DEFAULT_CACHE_CHUNK);
+	if (o->mountpoint)
+		c->mountpoint = realpath(o->mountpoint, NULL);
 	/* The manifest first: what the caches adopt is checked against it. */
 	if (o->manifest && (err = manifest_setup(c, o->manifest)) < 0)
 		goto fail;
@@ -393,6 +403,7 @@ int core_open(const struct core_opts *o, struct core **out)
 	if (!o->no_order && (err = order_setup(c, o)) < 0)
 		goto fail;
 	core_set_change_cb(c, NULL, NULL);      /* counts changes until the adapter listens */
+	options_text(c);
 	*out = c;
 	return 0;
 fail:
@@ -508,6 +519,14 @@ int core_start(struct core *c)
 		log_error("cannot start the peer thread: %s", strerror(-err));
 		return err;
 	}
+	if (c->opts.metrics_addr) {
+		char why[300];
+		if ((err = httpd_start(c->opts.metrics_addr, core_render_http, c, &c->httpd, why, sizeof(why))) < 0) {
+			log_error("%s", why);
+			return err;
+		}
+		log_info("metrics at http://%s/metrics (port %d)", c->opts.metrics_addr, httpd_port(c->httpd));
+	}
 	c->served = 1;
 	return 0;
 }
@@ -516,6 +535,7 @@ void core_close(struct core *c)
 {
 	if (!c)
 		return;
+	httpd_stop(c->httpd);       /* it renders the counters of everything below */
 	prepdir_free(c->prep);      /* its groups read through the core (and peers): first */
 	prefetch_free(c->pf);       /* its fetches too, and prep's reads tell it of progress */
 	c->pf = NULL;               /* the order and staging call it no more */
@@ -554,6 +574,7 @@ void core_close(struct core *c)
 	if (c->rootfd >= 0)
 		close(c->rootfd);
 	free(c->source);
+	free(c->mountpoint);
 	free(c);
 }
 

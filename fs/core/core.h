@@ -96,6 +96,7 @@ struct core_opts {
 	const uint64_t *cache_dir_sizes;    /* one per dir, one for all, or none (NULL) */
 	unsigned ncache_dir_sizes;
 	int cache_dir_buffered;     /* the tier read through its page cache, not O_DIRECT */
+	const char *metrics_addr;   /* serve /metrics and /stats.json over HTTP here (NULL: no) */
 };
 
 /* The memory the daemon may use (0 if unknown): physical memory, or its

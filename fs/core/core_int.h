@@ -18,6 +18,7 @@
 /* The modules the core wires together: each file includes the headers of
  * those it uses. */
 struct cache;
+struct httpd;
 struct index;
 struct maint;
 struct manifest;
@@ -43,6 +44,8 @@ struct core {
 	struct cache *cache;        /* NULL: no RAM cache */
 	struct persist *persist;    /* the cache's state directory; NULL: not kept (see persist_why) */
 	char persist_why[720];      /* "on (MODE): DIR", or "off..." and why: stats.json's persist_state */
+	char *mountpoint;           /* absolute, for stats.json (NULL: none given) */
+	char options[512];          /* the options in force, for stats.json */
 	int served;                 /* core_start() succeeded: a later core_close() is a clean stop */
 	struct tier *tier;          /* the SSD tier (the first source, and a store); NULL: none */
 	struct maint *maint;        /* the cache's background thread; NULL: none */
@@ -52,6 +55,7 @@ struct core {
 	struct staging *staging;    /* items fetched ahead that no cache kept; with the order */
 	struct prefetch *pf;        /* the thread that fetches along the orders; with the order */
 	struct pressure *pressure;  /* the memory watcher; NULL with --no-mem-watch */
+	struct httpd *httpd;        /* --metrics-addr's server; NULL: none */
 	int drop_copies;            /* atomic: ask the kernel to drop files' copies once read */
 	uint64_t man_files, man_unverified;     /* records bound; files it cannot check */
 	struct source sources[CORE_MAX_SOURCES + 1];    /* tried in order; storage last (core_start) */
@@ -87,6 +91,9 @@ void core_read_data(struct core *c, uint32_t id, uint32_t gen, off_t off, size_t
 
 /* metrics.c: renders a control file (control.h's render callback). */
 int core_render(void *arg, enum control_file f, char *buf, size_t len);
+/* metrics.c: the same over HTTP (httpd.h's render callback): /metrics,
+ * /stats.json, and / (a line saying where they are). */
+int core_render_http(void *arg, const char *path, char *buf, size_t len, const char **type);
 
 /* The index entry of path REL (LEN bytes) below SOURCE, not gone: 0 and
  * *A, or -ENOENT / -ENAMETOOLONG. */

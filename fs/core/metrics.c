@@ -6,6 +6,9 @@
  * read path, the peers, the cache); this file only reads them, with
  * relaxed loads, when a control file is looked up.
  */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "cache.h"
@@ -31,6 +34,26 @@ int core_render(void *arg, enum control_file f, char *buf, size_t len)
 				       : stats_render_prom(v, n, buf, len);
 }
 
+int core_render_http(void *arg, const char *path, char *buf, size_t len, const char **type)
+{
+	struct core *c = arg;
+
+	if (!strcmp(path, "/metrics")) {
+		*type = "text/plain; version=0.0.4; charset=utf-8";
+		return core_render(c, CONTROL_METRICS, buf, len);
+	}
+	if (!strcmp(path, "/stats.json")) {
+		*type = "application/json";
+		return core_render(c, CONTROL_STATS_JSON, buf, len);
+	}
+	if (!strcmp(path, "/")) {
+		int n = snprintf(buf, len, "epochfs %s serving %s: /metrics (Prometheus), /stats.json\n",
+				 EPOCHFS_VERSION, c->source);
+		return n < 0 || (size_t)n >= len ? -ENOSPC : n;
+	}
+	return -ENOENT;
+}
+
 int core_samples(struct core *c, struct sample *out, int max)
 {
 	struct index_totals t;
@@ -47,6 +70,15 @@ int core_samples(struct core *c, struct sample *out, int max)
 		out[n++] = (struct sample){ .name = "version", .help = "Release of the daemon serving this mount",
 					    .kind = SAMPLE_INFO, .text = EPOCHFS_VERSION };
 	GAUGE("daemon_pid", "Process ID of the daemon serving this mount", (uint64_t)getpid());
+	if (n < max)
+		out[n++] = (struct sample){ .name = "source", .help = "The directory this mount serves (SOURCE)",
+					    .kind = SAMPLE_INFO, .text = c->source };
+	if (n < max)
+		out[n++] = (struct sample){ .name = "mountpoint", .help = "Where it is mounted",
+					    .kind = SAMPLE_INFO, .text = c->mountpoint ? c->mountpoint : "" };
+	if (n < max)
+		out[n++] = (struct sample){ .name = "options", .help = "The options in force",
+					    .kind = SAMPLE_INFO, .text = c->options };
 	GAUGE("files", "Regular files in the index", t.files);
 	GAUGE("dirs", "Directories in the index", t.dirs);
 	GAUGE("symlinks", "Symbolic links in the index", t.symlinks);

@@ -85,10 +85,30 @@ static void put(struct out *o, const char *fmt, ...)
 		o->used += (size_t)n;
 }
 
+/* TEXT as a JSON string (PROM 0) or a Prometheus label value (PROM 1),
+ * quotes included: '"' and '\\' escaped; control bytes as \\uXXXX (JSON)
+ * or '?' (a label value takes \\n only). */
+static void put_string(struct out *o, const char *text, int prom)
+{
+	put(o, "\"");
+	for (const char *p = text ? text : ""; *p; p++) {
+		unsigned char ch = (unsigned char)*p;
+		if (ch == '"' || ch == '\\')
+			put(o, "\\%c", ch);
+		else if (ch == '\n')
+			put(o, "\\n");
+		else if (ch < 0x20)
+			put(o, prom ? "?" : "\\u%04x", ch);
+		else
+			put(o, "%c", ch);
+	}
+	put(o, "\"");
+}
+
 static void put_value(struct out *o, const struct sample *v)
 {
 	if (v->kind == SAMPLE_INFO)
-		put(o, "\"%s\"", v->text ? v->text : "");
+		put_string(o, v->text, 0);
 	else if (v->is_float)
 		put(o, "%.3f", v->d);
 	else
@@ -116,7 +136,9 @@ int stats_render_prom(const struct sample *v, int n, char *buf, size_t len)
 		if (v[i].kind == SAMPLE_INFO) {
 			put(&o, "# HELP epochfs_%s_info %s\n", v[i].name, v[i].help);
 			put(&o, "# TYPE epochfs_%s_info gauge\n", v[i].name);
-			put(&o, "epochfs_%s_info{%s=\"%s\"} 1\n", v[i].name, v[i].name, v[i].text ? v[i].text : "");
+			put(&o, "epochfs_%s_info{%s=", v[i].name, v[i].name);
+			put_string(&o, v[i].text, 1);
+			put(&o, "} 1\n");
 			continue;
 		}
 		const char *sfx = v[i].kind == SAMPLE_COUNTER ? "_total" : "";

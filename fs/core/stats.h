@@ -43,7 +43,7 @@ static inline void stats_add(struct stats *s, enum stat_id id, uint64_t n)
 uint64_t stats_get(const struct stats *s, enum stat_id id);
 double stats_uptime(const struct stats *s);
 
-/* SAMPLE_INFO is a string (TEXT, no '"', '\\' or control characters), not a
+/* SAMPLE_INFO is a string (TEXT, escaped as each format wants), not a
  * number: JSON "NAME": "TEXT", Prometheus epochfs_NAME_info{NAME="TEXT"} 1
  * (the usual shape of an info metric). */
 enum sample_kind { SAMPLE_COUNTER, SAMPLE_GAUGE, SAMPLE_INFO };

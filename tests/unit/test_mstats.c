@@ -36,7 +36,7 @@ Test(mstats, refuses_other_shapes)
 {
 	static const char *bad[] = {
 		"", "[]", "{", "{\"a\": }", "{\"a\" 1}", "{\"a\": 1,}", "{\"a\": 1", "{a: 1}",
-		"{\"a\": \"x}", "{\"a\": \"x\\\"y\"}", "{\"a\": \"x\" \"b\": 1}", "{\"a\": \"x\",}", "{\"\": 1}",
+		"{\"a\": \"x}", "{\"a\": \"x\\qy\"}", "{\"a\": \"x\\u00e9\"}", "{\"a\": \"x\" \"b\": 1}", "{\"a\": \"x\",}", "{\"\": 1}",
 		"{\"\": \"x\"}", "{\"a\": \"x\ty\"}", "{\"a\": 1 \"b\": 2}",
 		"{\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\": 1}",
 	};
@@ -54,4 +54,14 @@ Test(mstats, read_reports_a_missing_file)
 	cr_expect_eq(mstats_read("/nonexistent/stats.json", &m), -ENOENT);
 	cr_expect_eq(mstats_find("/nonexistent", path, sizeof(path)), -ENOENT);
 	cr_expect_eq(mstats_find("/", path, sizeof(path)), -ENOENT);
+}
+
+/* Strings with the escapes the daemon writes (a SOURCE path may hold any byte). */
+Test(mstats, strings_with_escapes)
+{
+	struct mstats m;
+
+	cr_assert_eq(mstats_parse("{\"source\": \"/data/a \\\"b\\\" \\\\c\\u0001\\n\", \"n\": 2}", &m), 0);
+	cr_expect_str_eq(mstats_text(&m, "source"), "/data/a \"b\" \\c\001\n");
+	cr_expect_eq(mstats_get(&m, "n", -1), 2);
 }

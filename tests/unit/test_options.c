@@ -265,3 +265,22 @@ Test(options, o_spellings_and_mount_helper_order)
 	cr_expect_eq(parse(&o, err, "s", "m", "-o", "cache_size=lots", NULL), -EINVAL);
 	cr_expect(strstr(err, "--cache-size lots"), "%s", err);
 }
+
+/* Sizes the machine cannot hold are refused: the daemon's memory is one
+ * budget (--prep-mem 1T was taken before). */
+Test(options, sizes_larger_than_the_machine)
+{
+	struct options o;
+	char err[256];
+
+	if (!core_ram_bytes())
+		cr_skip_test("no RAM figure here");
+	cr_expect_eq(parse(&o, err, "--prefetch-mem", "1T", "s", "m", NULL), -EINVAL);
+	cr_expect(strstr(err, "--prefetch-mem: ") && strstr(err, "more than this machine's memory"), "%s", err);
+	cr_expect_eq(parse(&o, err, "--prep-mem", "1T", "s", "m", NULL), -EINVAL);
+	cr_expect(strstr(err, "--prep-mem: "), "%s", err);
+	cr_expect_eq(parse(&o, err, "--cache-size", "60%", "--prep-mem", "50%", "s", "m", NULL), -EINVAL);
+	cr_expect(strstr(err, "they share one budget"), "%s", err);
+	cr_expect_eq(parse(&o, err, "--cache-size", "50%", "--prep-mem", "10%", "--prefetch-mem", "1%", "s", "m",
+			   NULL), 0, "%s", err);
+}

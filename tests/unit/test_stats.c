@@ -44,3 +44,18 @@ Test(stats, too_small_buffer_is_enospc)
 	cr_expect_eq(stats_render_prom(v, n, buf, sizeof(buf)), -ENOSPC);
 	cr_expect_eq(stats_samples(&s, v, 2), 2);
 }
+
+/* A string sample holding quotes, backslashes and control bytes renders as
+ * valid JSON and a valid Prometheus label value. */
+Test(stats, strings_are_escaped)
+{
+	struct sample v[1] = { { .name = "source", .help = "SOURCE", .kind = SAMPLE_INFO,
+				 .text = "/d/a\"b\\c\nd\001" } };
+	char buf[512];
+
+	cr_assert_gt(stats_render_json(v, 1, buf, sizeof(buf)), 0);
+	cr_expect(strstr(buf, "\"source\": \"/d/a\\\"b\\\\c\\u000ad\\u0001\"") ||
+		  strstr(buf, "\"source\": \"/d/a\\\"b\\\\c\\nd\\u0001\""), "%s", buf);
+	cr_assert_gt(stats_render_prom(v, 1, buf, sizeof(buf)), 0);
+	cr_expect(strstr(buf, "epochfs_source_info{source=\"/d/a\\\"b\\\\c\\nd?\"} 1"), "%s", buf);
+}
