@@ -211,7 +211,8 @@ FUZZ_CC := clang -std=gnu11 -D_GNU_SOURCE -g -O1 -Ifs -Ifs/core -Ifs/store -Ifs/
 FUZZ_SRC_proto := fs/cluster/proto.c
 FUZZ_SRC_text := fs/cluster/cluster.c prep/spec.c
 FUZZ_SRC_jpeg := prep/batch.c prep/jpeg.c prep/augment.c
-FUZZ_SRC_state := fs/store/persist.c fs/store/cache.c fs/store/path.c fs/store/index.c fs/util/trust.c fs/util/log.c
+FUZZ_SRC_state := fs/store/persist.c fs/store/cache.c fs/store/path.c fs/store/index.c fs/util/trust.c fs/util/log.c \
+		   fs/util/clock.c
 FUZZ_LIBS_jpeg := -ljpeg
 FUZZ_LIBS_proto := -lsodium
 CORPUS := $(BUILD)/fuzz-corpus

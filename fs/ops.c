@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "log.h"
 #include "notify.h"
 #include "ops.h"
@@ -552,14 +553,6 @@ static void tell_kernel(struct ops_session *s, const struct change *ch)
 	fuse_lowlevel_notify_inval_inode(s->se, ch->old, 0, 0);
 }
 
-static double mono_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
-
 static void *notifier_main(void *arg)
 {
 	struct ops_session *s = arg;
@@ -581,13 +574,11 @@ static void *notifier_main(void *arg)
 			continue;
 		}
 		struct drop d = n->d[n->dhead];
-		double now = mono_s();
+		double now = clock_now();
 		if (d.due > now) {
 			/* Sleep until the oldest is due, or something new comes. */
 			struct timespec dl;
-			double at = d.due;
-			dl.tv_sec = (time_t)at;
-			dl.tv_nsec = (long)((at - (double)dl.tv_sec) * 1e9);
+			clock_deadline(&dl, d.due - now);
 			pthread_cond_timedwait(&n->cond, &n->lock, &dl);
 			continue;
 		}
@@ -615,7 +606,7 @@ static void on_copy_drop(void *arg, uint64_t node)
 		n->d = calloc(DROP_QUEUE, sizeof(*n->d));
 	if (n->d && n->dlen < DROP_QUEUE) {
 		n->d[(n->dhead + n->dlen) % DROP_QUEUE] = (struct drop){ .node = node,
-									   .due = mono_s() + DROP_DELAY_S };
+									   .due = clock_now() + DROP_DELAY_S };
 		if (!n->dlen++)
 			pthread_cond_signal(&n->cond);
 	}
@@ -730,13 +721,7 @@ int ops_session_new(const struct ops_config *cfg, struct ops_session **out)
 	s->cfg = *cfg;
 	s->log_fd = -1;
 	pthread_mutex_init(&s->nt.lock, NULL);
-	{
-		pthread_condattr_t ca;      /* the drops' deadlines are monotonic */
-		pthread_condattr_init(&ca);
-		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-		pthread_cond_init(&s->nt.cond, &ca);
-		pthread_condattr_destroy(&ca);
-	}
+	clock_cond_init(&s->nt.cond);       /* the drops' deadlines are monotonic */
 	/* fsname=SOURCE (commas and backslashes escaped for libfuse's option
 	 * parser): df and /proc/self/mountinfo show what is mounted, and a
 	 * later epochfs finds the SOURCE behind a mount it is asked to read. */

@@ -37,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "group.h"
 #include "syncwait.h"
 
@@ -114,24 +115,6 @@ struct group {
 	pthread_t *th;
 	unsigned nth;
 };
-
-static double now(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + t.tv_nsec / 1e9;
-}
-
-static void deadline(struct timespec *ts, double s)
-{
-	double t;
-
-	clock_gettime(CLOCK_MONOTONIC, ts);
-	t = (double)ts->tv_sec + ts->tv_nsec / 1e9 + s;
-	ts->tv_sec = (time_t)t;
-	ts->tv_nsec = (long)((t - (double)ts->tv_sec) * 1e9);
-}
 
 static uint32_t batch_n(const struct group *g, uint64_t index)
 {
@@ -237,7 +220,7 @@ static struct gbatch *new_slot(struct group *g, uint64_t seq, int state)
 	b->seq = seq;
 	b->state = state;
 	b->len = group_batch_bytes(g, seq % g->nb);
-	b->touched = now();
+	b->touched = clock_now();
 	b->next = g->list;
 	g->list = b;
 	return b;
@@ -327,7 +310,7 @@ static struct gbatch *pick(struct group *g, int *blocked)
 static void drop_stalled(struct group *g)
 {
 	struct gbatch *old = NULL;
-	double t = now();
+	double t = clock_now();
 
 	if (g->jobs <= 1)
 		return;
@@ -378,7 +361,7 @@ static void serve(struct group *g, struct gbatch *b, struct gwait *w)
 	const uint8_t *data = b->data;
 
 	b->pins++;
-	b->touched = now();
+	b->touched = clock_now();
 	g->st.served_bytes += n;
 	r->copied += n;
 	if (!r->counted && r->copied >= b->len) {
@@ -421,7 +404,7 @@ static void wake(struct group *g, struct gbatch *b)
 /* Fails queued reads older than wait_s (or all, when STOPPING). Lock held. */
 static void expire(struct group *g, int stopping)
 {
-	double t = now();
+	double t = clock_now();
 
 	for (struct gbatch *b = g->list; b; b = b->next)
 		for (struct gwait **p = &b->waiters; *p;) {
@@ -456,7 +439,7 @@ static void *worker(void *arg)
 			if (blocked)
 				drop_stalled(g);
 			expire(g, 0);
-			deadline(&ts, 0.1);
+			clock_deadline(&ts, 0.1);
 			pthread_cond_timedwait(&g->work, &g->lock, &ts);
 			continue;
 		}
@@ -469,7 +452,7 @@ static void *worker(void *arg)
 		if (!data) {
 			b->state = B_QUEUED;        /* try again shortly */
 			g->st.staged_bytes -= b->len;
-			deadline(&ts, 0.1);
+			clock_deadline(&ts, 0.1);
 			pthread_cond_timedwait(&g->work, &g->lock, &ts);
 			continue;
 		}
@@ -514,7 +497,7 @@ static void *worker(void *arg)
 			g->st.produced++;
 		b->data = data;
 		b->state = B_READY;
-		b->touched = now();
+		b->touched = clock_now();
 		wake(g, b);
 	}
 	pthread_mutex_unlock(&g->lock);
@@ -592,11 +575,7 @@ int group_new(const struct prep_spec *sp, struct folder *f, const struct group_i
 		g->o.ahead = g->nth * 2 > 4 ? g->nth * 2 : 4;
 	g->th = calloc(g->nth, sizeof(*g->th));
 	pthread_mutex_init(&g->lock, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&g->work, &ca);
-	pthread_condattr_destroy(&ca);
+	clock_cond_init(&g->work);
 	if (!g->bad_seen || !g->made || !g->read || !g->th) {
 		g->nth = 0;
 		group_free(g);
@@ -731,7 +710,7 @@ void group_read_async(struct group_reader *r, off_t off, size_t len, group_read_
 		fn(arg, -ENOMEM, NULL);
 		return;
 	}
-	*w = (struct gwait){ .r = r, .off = off, .len = len, .since = now(), .fn = fn, .arg = arg,
+	*w = (struct gwait){ .r = r, .off = off, .len = len, .since = clock_now(), .fn = fn, .arg = arg,
 			     .next = b->waiters };
 	b->waiters = w;
 	if (b->state == B_EMPTY) {          /* freed under us: make it again */

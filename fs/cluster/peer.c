@@ -32,19 +32,12 @@
 
 #include <sodium.h>
 
+#include "clock.h"
 #include "log.h"
 #include "peer_int.h"
 #include "trust.h"
 
 #define MAX_NODE_SAMPLES 64         /* per-node samples for this many nodes */
-
-double peer_now(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + t.tv_nsec / 1e9;
-}
 
 void peer_wake(struct peer *p)
 {
@@ -220,7 +213,7 @@ int peer_pump(struct conn *k, proto_frame_fn fn, void *arg)
 /* Timeouts and wanted connections; once per loop turn. */
 static void tick(struct peer *p)
 {
-	double t = peer_now();
+	double t = clock_now();
 
 	pc_tick(p, t);
 	ps_tick(p, t);

@@ -125,8 +125,6 @@ struct peer {
 
 /* ---- peer.c: helpers for both sides ------------------------------- */
 
-/* CLOCK_MONOTONIC in seconds. */
-double peer_now(void);
 /* Wakes the peer thread (it writes queues out, runs timeouts). Any thread. */
 void peer_wake(struct peer *p);
 /* Counts a fault of node RANK (-1: not known yet) in peer_errors. */

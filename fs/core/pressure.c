@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "core_int.h"
 #include "log.h"
 #include "pressure.h"
@@ -185,14 +186,6 @@ struct pressure {
 	struct pressure_stats st;   /* lock */
 };
 
-static double now_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
-
 static const char *state_name(enum pressure_state s)
 {
 	return s == PRESSURE_CALM ? "calm" : s == PRESSURE_PAUSED ? "paused" : "giving back";
@@ -201,7 +194,7 @@ static const char *state_name(enum pressure_state s)
 static void tick(struct pressure *p)
 {
 	struct core *c = p->c;
-	struct pressure_in in = { .t = now_s(), .dataset_bytes = p->dataset };
+	struct pressure_in in = { .t = clock_now(), .dataset_bytes = p->dataset };
 	struct pressure_out out;
 	struct cache_stats cs = { 0 };
 	enum pressure_state was = p->pol.state;
@@ -281,12 +274,7 @@ static void *pressure_main(void *arg)
 		tick(p);
 		pthread_mutex_lock(&p->lock);
 		struct timespec dl;
-		clock_gettime(CLOCK_MONOTONIC, &dl);
-		dl.tv_nsec += (long)(PRESSURE_PERIOD_S * 1e9);
-		while (dl.tv_nsec >= 1000000000) {
-			dl.tv_sec++;
-			dl.tv_nsec -= 1000000000;
-		}
+		clock_deadline(&dl, PRESSURE_PERIOD_S);
 		if (!p->stop)
 			pthread_cond_timedwait(&p->cond, &p->lock, &dl);
 	}
@@ -298,7 +286,6 @@ int pressure_start(struct core *c, enum page_cache_mode mode, struct pressure **
 {
 	struct pressure *p = calloc(1, sizeof(*p));
 	struct index_totals t;
-	pthread_condattr_t ca;
 	int err;
 
 	if (!p)
@@ -312,10 +299,7 @@ int pressure_start(struct core *c, enum page_cache_mode mode, struct pressure **
 	p->dataset = t.bytes;
 	pressure_policy_init(&p->pol, mode);
 	pthread_mutex_init(&p->lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&p->cond, &ca);
-	pthread_condattr_destroy(&ca);
+	clock_cond_init(&p->cond);
 	tick(p);                    /* the first decision before the first read */
 	if ((err = pthread_create(&p->th, NULL, pressure_main, p))) {
 		memwatch_close(p->mw);

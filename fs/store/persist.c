@@ -33,6 +33,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "clock.h"
 #include "log.h"
 #include "path.h"
 #include "persist.h"
@@ -663,7 +664,7 @@ static void compact(struct persist *p, struct cand *v, size_t n, char *arena, ui
 int persist_adopt_items(struct persist *p, persist_adopt_fn fn, void *fn_arg, persist_resolve_fn resolve,
 			persist_path_fn path, void *arg, unsigned threads, uint64_t *used_out)
 {
-	struct timespec t0, t1;
+	double t0 = clock_now();
 	struct cand *v = NULL;
 	size_t n = 0;
 	char *recs = NULL;
@@ -671,7 +672,6 @@ int persist_adopt_items(struct persist *p, persist_adopt_fn fn, void *fn_arg, pe
 	uint64_t used = 0;
 	int err = 0;
 
-	clock_gettime(CLOCK_MONOTONIC, &t0);
 	p->path = path;
 	p->path_arg = arg;
 	if (p->have_table) {
@@ -797,8 +797,7 @@ int persist_adopt_items(struct persist *p, persist_adopt_fn fn, void *fn_arg, pe
 	free(recs);
 	free(v);
 	p->recording = err >= 0 || p->tablefd >= 0;
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	p->st.adopt_seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	p->st.adopt_seconds = clock_now() - t0;
 	if (p->st.records)
 		log_info("cache state %s: adopted %llu of %llu items (%.1f MB) in %.2f s; dropped %llu changed "
 			 "in SOURCE, %llu corrupt, %llu not matching --manifest, %llu other; %llu moved over the "
