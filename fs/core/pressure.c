@@ -16,12 +16,12 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "clock.h"
 #include "core_int.h"
 #include "log.h"
 #include "pressure.h"
+#include "worker.h"
 
 #define MIB (1ull << 20)
 #define GIVE_EVERY_S 2.0
@@ -179,11 +179,8 @@ struct pressure {
 	struct memwatch *mw;
 	struct pressure_policy pol;
 	uint64_t dataset;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	int stop;
-	pthread_t th;
-	struct pressure_stats st;   /* lock */
+	struct worker w;            /* the thread; its lock guards st */
+	struct pressure_stats st;   /* w.lock */
 };
 
 static const char *state_name(enum pressure_state s)
@@ -251,7 +248,7 @@ static void tick(struct pressure *p)
 				 out.state == PRESSURE_CALM ? "admitting" : state_name(out.state),
 				 out.drop_copies ? "dropped once read" : "kept");
 	}
-	pthread_mutex_lock(&p->lock);
+	pthread_mutex_lock(&p->w.lock);
 	p->st.limit = in.mem.limit;
 	p->st.room = mem_room(&in.mem);
 	p->st.mapped = in.mem.mapped;
@@ -261,24 +258,21 @@ static void tick(struct pressure *p)
 	p->st.given_back += given;
 	if (was == PRESSURE_CALM && out.state != PRESSURE_CALM)
 		p->st.pauses++;
-	pthread_mutex_unlock(&p->lock);
+	pthread_mutex_unlock(&p->w.lock);
 }
 
 static void *pressure_main(void *arg)
 {
 	struct pressure *p = arg;
 
-	pthread_mutex_lock(&p->lock);
-	while (!p->stop) {
-		pthread_mutex_unlock(&p->lock);
+	pthread_mutex_lock(&p->w.lock);
+	while (worker_running(&p->w)) {
+		pthread_mutex_unlock(&p->w.lock);
 		tick(p);
-		pthread_mutex_lock(&p->lock);
-		struct timespec dl;
-		clock_deadline(&dl, PRESSURE_PERIOD_S);
-		if (!p->stop)
-			pthread_cond_timedwait(&p->cond, &p->lock, &dl);
+		pthread_mutex_lock(&p->w.lock);
+		worker_wait(&p->w, PRESSURE_PERIOD_S);
 	}
-	pthread_mutex_unlock(&p->lock);
+	pthread_mutex_unlock(&p->w.lock);
 	return NULL;
 }
 
@@ -290,46 +284,41 @@ int pressure_start(struct core *c, enum page_cache_mode mode, struct pressure **
 
 	if (!p)
 		return -ENOMEM;
-	if ((err = memwatch_open("", &p->mw)) < 0) {
-		free(p);
-		return err;
-	}
+	if ((err = memwatch_open("", &p->mw)) < 0)
+		goto out_free;
+	if ((err = worker_init(&p->w)) < 0)
+		goto out_close;
 	p->c = c;
 	index_totals(c->ix, &t);
 	p->dataset = t.bytes;
 	pressure_policy_init(&p->pol, mode);
-	pthread_mutex_init(&p->lock, NULL);
-	clock_cond_init(&p->cond);
 	tick(p);                    /* the first decision before the first read */
-	if ((err = pthread_create(&p->th, NULL, pressure_main, p))) {
-		memwatch_close(p->mw);
-		pthread_mutex_destroy(&p->lock);
-		pthread_cond_destroy(&p->cond);
-		free(p);
-		return -err;
-	}
+	if ((err = worker_start(&p->w, 1, pressure_main, p)) < 0)
+		goto out_destroy;
 	*out = p;
 	return 0;
+out_destroy:
+	worker_destroy(&p->w);
+out_close:
+	memwatch_close(p->mw);
+out_free:
+	free(p);
+	return err;
 }
 
 void pressure_stop(struct pressure *p)
 {
 	if (!p)
 		return;
-	pthread_mutex_lock(&p->lock);
-	p->stop = 1;
-	pthread_cond_signal(&p->cond);
-	pthread_mutex_unlock(&p->lock);
-	pthread_join(p->th, NULL);
+	worker_stop(&p->w);
+	worker_destroy(&p->w);
 	memwatch_close(p->mw);
-	pthread_mutex_destroy(&p->lock);
-	pthread_cond_destroy(&p->cond);
 	free(p);
 }
 
 void pressure_get_stats(struct pressure *p, struct pressure_stats *s)
 {
-	pthread_mutex_lock(&p->lock);
+	pthread_mutex_lock(&p->w.lock);
 	*s = p->st;
-	pthread_mutex_unlock(&p->lock);
+	pthread_mutex_unlock(&p->w.lock);
 }
