@@ -39,6 +39,7 @@
 #include "log.h"
 #include "notify.h"
 #include "ops.h"
+#include "worker.h"
 
 /* A change the kernel must hear of (struct notifier). */
 struct change {
@@ -63,15 +64,11 @@ struct drop {
  * for the LOOKUP, the LOOKUP for the notice), or the reader of a page the
  * notice must drop. */
 struct notifier {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;        /* CLOCK_MONOTONIC */
-	struct change *q;           /* ring, under lock */
+	struct worker w;            /* the thread; its lock guards the rings */
+	struct change *q;           /* ring, w.lock */
 	size_t head, len, cap;
-	struct drop *d;             /* ring of page drops, under lock, in due order */
+	struct drop *d;             /* ring of page drops, w.lock, in due order */
 	size_t dhead, dlen;
-	int stop;
-	pthread_t th;
-	int started;
 };
 
 struct ops_session {
@@ -558,39 +555,37 @@ static void *notifier_main(void *arg)
 	struct ops_session *s = arg;
 	struct notifier *n = &s->nt;
 
-	pthread_mutex_lock(&n->lock);
+	pthread_mutex_lock(&n->w.lock);
 	for (;;) {
-		while (!n->len && !n->dlen && !n->stop)
-			pthread_cond_wait(&n->cond, &n->lock);
-		if (n->stop)
+		while (!n->len && !n->dlen && worker_wait(&n->w, WORKER_FOREVER))
+			;
+		if (!worker_running(&n->w))
 			break;
 		if (n->len) {
 			struct change ch = n->q[n->head];
 			n->head = (n->head + 1) % n->cap;
 			n->len--;
-			pthread_mutex_unlock(&n->lock);
+			pthread_mutex_unlock(&n->w.lock);
 			tell_kernel(s, &ch);
-			pthread_mutex_lock(&n->lock);
+			pthread_mutex_lock(&n->w.lock);
 			continue;
 		}
 		struct drop d = n->d[n->dhead];
 		double now = clock_now();
 		if (d.due > now) {
 			/* Sleep until the oldest is due, or something new comes. */
-			struct timespec dl;
-			clock_deadline(&dl, d.due - now);
-			pthread_cond_timedwait(&n->cond, &n->lock, &dl);
+			worker_wait(&n->w, d.due - now);
 			continue;
 		}
 		n->dhead = (n->dhead + 1) % DROP_QUEUE;
 		n->dlen--;
-		pthread_mutex_unlock(&n->lock);
+		pthread_mutex_unlock(&n->w.lock);
 		/* Pages and attributes (the kernel has no call for pages alone):
 		 * the next open of the file asks for its attributes again. */
 		fuse_lowlevel_notify_inval_inode(s->se, d.node, 0, 0);
-		pthread_mutex_lock(&n->lock);
+		pthread_mutex_lock(&n->w.lock);
 	}
-	pthread_mutex_unlock(&n->lock);
+	pthread_mutex_unlock(&n->w.lock);
 	return NULL;
 }
 
@@ -601,16 +596,16 @@ static void on_copy_drop(void *arg, uint64_t node)
 	struct ops_session *s = arg;
 	struct notifier *n = &s->nt;
 
-	pthread_mutex_lock(&n->lock);
+	pthread_mutex_lock(&n->w.lock);
 	if (!n->d)
 		n->d = calloc(DROP_QUEUE, sizeof(*n->d));
 	if (n->d && n->dlen < DROP_QUEUE) {
 		n->d[(n->dhead + n->dlen) % DROP_QUEUE] = (struct drop){ .node = node,
 									   .due = clock_now() + DROP_DELAY_S };
 		if (!n->dlen++)
-			pthread_cond_signal(&n->cond);
+			worker_wake(&n->w);
 	}
-	pthread_mutex_unlock(&n->lock);
+	pthread_mutex_unlock(&n->w.lock);
 }
 
 static void on_change(void *arg, uint64_t parent, const char *name, uint64_t old)
@@ -618,14 +613,14 @@ static void on_change(void *arg, uint64_t parent, const char *name, uint64_t old
 	struct ops_session *s = arg;
 	struct notifier *n = &s->nt;
 
-	pthread_mutex_lock(&n->lock);
+	pthread_mutex_lock(&n->w.lock);
 	if (n->len == n->cap) {
 		size_t cap = n->cap ? n->cap * 2 : 64;
 		struct change *q = malloc(cap * sizeof(*q));
 		if (!q) {
 			/* The entry's generation moved anyway: the kernel's next
 			 * lookup of it (within --timeout) finds the new node. */
-			pthread_mutex_unlock(&n->lock);
+			pthread_mutex_unlock(&n->w.lock);
 			return;
 		}
 		for (size_t i = 0; i < n->len; i++)
@@ -640,33 +635,8 @@ static void on_change(void *arg, uint64_t parent, const char *name, uint64_t old
 	ch->old = old;
 	snprintf(ch->name, sizeof(ch->name), "%s", name);
 	n->len++;
-	pthread_cond_signal(&n->cond);
-	pthread_mutex_unlock(&n->lock);
-}
-
-static int notifier_start(struct ops_session *s)
-{
-	struct notifier *n = &s->nt;
-	int err = pthread_create(&n->th, NULL, notifier_main, s);
-
-	if (err)
-		return -err;
-	n->started = 1;
-	return 0;
-}
-
-static void notifier_stop(struct ops_session *s)
-{
-	struct notifier *n = &s->nt;
-
-	if (!n->started)
-		return;
-	pthread_mutex_lock(&n->lock);
-	n->stop = 1;
-	pthread_cond_signal(&n->cond);
-	pthread_mutex_unlock(&n->lock);
-	pthread_join(n->th, NULL);
-	n->started = 0;
+	worker_wake(&n->w);
+	pthread_mutex_unlock(&n->w.lock);
 }
 
 /* ---- session ---- */
@@ -714,14 +684,17 @@ int ops_session_new(const struct ops_config *cfg, struct ops_session **out)
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct ops_session *s;
 	char opts[1200 + 2 * 4096], *w;
+	int err;
 
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
 	s->cfg = *cfg;
 	s->log_fd = -1;
-	pthread_mutex_init(&s->nt.lock, NULL);
-	clock_cond_init(&s->nt.cond);       /* the drops' deadlines are monotonic */
+	if ((err = worker_init(&s->nt.w)) < 0) {
+		free(s);
+		return err;
+	}
 	/* fsname=SOURCE (commas and backslashes escaped for libfuse's option
 	 * parser): df and /proc/self/mountinfo show what is mounted, and a
 	 * later epochfs finds the SOURCE behind a mount it is asked to read. */
@@ -752,7 +725,7 @@ int ops_session_new(const struct ops_config *cfg, struct ops_session **out)
 	if (cfg->log_file) {
 		s->log_fd = open(cfg->log_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 		if (s->log_fd < 0) {
-			int err = -errno;
+			err = -errno;
 			log_error("%s: cannot open log file: %s", cfg->log_file, strerror(-err));
 			ops_session_free(s);
 			return err;
@@ -784,7 +757,7 @@ int ops_session_run(struct ops_session *s, struct core *c)
 	core_set_change_cb(c, on_change, s);
 	core_set_probe(c, probe_kernel, s);
 	core_set_copy_drop(c, on_copy_drop, s);
-	if (notifier_start(s) < 0 || core_start(c) < 0) {
+	if (worker_start(&s->nt.w, 1, notifier_main, s) < 0 || core_start(c) < 0) {
 		ret = -EIO;
 	} else if (!lc) {
 		ret = -ENOMEM;
@@ -804,7 +777,7 @@ int ops_session_run(struct ops_session *s, struct core *c)
 		fuse_loop_cfg_destroy(lc);
 	core_set_change_cb(c, NULL, NULL);
 	notify_send("STOPPING=1\nSTATUS=unmounting");
-	notifier_stop(s);
+	worker_stop(&s->nt.w);
 	fuse_session_unmount(s->se);
 	fuse_remove_signal_handlers(s->se);
 	return ret;
@@ -818,8 +791,7 @@ void ops_session_free(struct ops_session *s)
 		fuse_session_destroy(s->se);
 	if (s->log_fd >= 0)
 		close(s->log_fd);
-	pthread_mutex_destroy(&s->nt.lock);
-	pthread_cond_destroy(&s->nt.cond);
+	worker_destroy(&s->nt.w);
 	free(s->nt.q);
 	free(s->nt.d);
 	free(s);
