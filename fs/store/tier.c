@@ -33,9 +33,11 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "clock.h"
 #include "log.h"
 #include "tier.h"
 #include "trust.h"
+#include "worker.h"
 
 #define ALIGN 4096ull
 #define FLOOR_STEP (64ull << 20)        /* space checked against the floor this often */
@@ -120,13 +122,11 @@ struct tier {
 	pthread_cond_t sq_room;
 	unsigned inflight;
 	pthread_t cq_thread;
-	pthread_mutex_t wq_lock;    /* the write queue */
-	pthread_cond_t wq_cond, wq_idle;
-	struct tier_claim *wq_head, *wq_tail;
-	uint64_t wq_bytes;
-	int writing;                /* the writer holds a claim */
-	int stop;
-	pthread_t writer;
+	struct worker w;            /* the writer; w.lock guards the write queue */
+	pthread_cond_t wq_idle;     /* on w.lock: the queue ran empty */
+	struct tier_claim *wq_head, *wq_tail;       /* w.lock */
+	uint64_t wq_bytes;          /* w.lock */
+	int writing;                /* w.lock: the writer holds a claim */
 	struct tier_stats st;       /* atomic counters */
 };
 
@@ -430,11 +430,11 @@ struct tier_claim *tier_claim(struct tier *t, uint32_t id, uint32_t chunk, const
 
 	if (!len || len > UINT32_MAX)
 		return NULL;
-	pthread_mutex_lock(&t->wq_lock);
+	pthread_mutex_lock(&t->w.lock);
 	int busy = t->wq_bytes + need > WRITE_QUEUE_MAX;
 	if (!busy)
 		t->wq_bytes += need;        /* given back if no claim is made */
-	pthread_mutex_unlock(&t->wq_lock);
+	pthread_mutex_unlock(&t->w.lock);
 	if (busy) {
 		INC(t->st.full, 1);
 		return NULL;
@@ -484,9 +484,9 @@ struct tier_claim *tier_claim(struct tier *t, uint32_t id, uint32_t chunk, const
 out:
 	pthread_mutex_unlock(&t->lock);
 	if (!cl) {
-		pthread_mutex_lock(&t->wq_lock);
+		pthread_mutex_lock(&t->w.lock);
 		t->wq_bytes -= need;
-		pthread_mutex_unlock(&t->wq_lock);
+		pthread_mutex_unlock(&t->w.lock);
 		if (!d && !held)
 			INC(t->st.full, 1);
 	}
@@ -502,9 +502,9 @@ static void claim_end(struct tier *t, struct tier_claim *cl, int state)
 	if (state == T_READY)
 		INC(t->st.items, 1);
 	pthread_mutex_unlock(&t->lock);
-	pthread_mutex_lock(&t->wq_lock);
+	pthread_mutex_lock(&t->w.lock);
 	t->wq_bytes -= round_up(cl->len);
-	pthread_mutex_unlock(&t->wq_lock);
+	pthread_mutex_unlock(&t->w.lock);
 	free(cl->buf);
 	free(cl);
 }
@@ -515,14 +515,14 @@ void tier_fill(struct tier *t, struct tier_claim *cl, int ok)
 		claim_end(t, cl, T_DEAD);
 		return;
 	}
-	pthread_mutex_lock(&t->wq_lock);
+	pthread_mutex_lock(&t->w.lock);
 	if (t->wq_tail)
 		t->wq_tail->next = cl;
 	else
 		t->wq_head = cl;
 	t->wq_tail = cl;
-	pthread_cond_signal(&t->wq_cond);
-	pthread_mutex_unlock(&t->wq_lock);
+	worker_wake(&t->w);
+	pthread_mutex_unlock(&t->w.lock);
 }
 
 static void write_one(struct tier *t, struct tier_claim *cl)
@@ -572,30 +572,27 @@ static void check_dir(struct tier *t, struct tdir *d)
 		dir_down(t, d, "its directory vanished or was replaced");
 }
 
+/* Writes the queue out and checks the directories once a second; a stop
+ * ends it once the queue is empty. */
 static void *writer_main(void *arg)
 {
 	struct tier *t = arg;
-	time_t last = 0;
+	double checked = -1;        /* when the directories were checked: never */
 
-	pthread_mutex_lock(&t->wq_lock);
+	pthread_mutex_lock(&t->w.lock);
 	for (;;) {
-		while (!t->wq_head && !t->stop) {
-			struct timespec ts;
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_sec += 1;
-			pthread_cond_timedwait(&t->wq_cond, &t->wq_lock, &ts);
-			if (time(NULL) != last)
+		while (!t->wq_head && worker_wait(&t->w, 1.0))
+			if (clock_now() - checked >= 1.0)
 				break;
-		}
-		if (time(NULL) != last) {
-			last = time(NULL);
-			pthread_mutex_unlock(&t->wq_lock);
+		if (clock_now() - checked >= 1.0) {
+			checked = clock_now();
+			pthread_mutex_unlock(&t->w.lock);
 			for (unsigned k = 0; k < t->ndirs; k++)
 				check_dir(t, &t->dirs[k]);
-			pthread_mutex_lock(&t->wq_lock);
+			pthread_mutex_lock(&t->w.lock);
 		}
 		if (!t->wq_head) {
-			if (t->stop)
+			if (!worker_running(&t->w))
 				break;
 			continue;
 		}
@@ -604,23 +601,23 @@ static void *writer_main(void *arg)
 		if (!t->wq_head)
 			t->wq_tail = NULL;
 		t->writing = 1;
-		pthread_mutex_unlock(&t->wq_lock);
+		pthread_mutex_unlock(&t->w.lock);
 		write_one(t, cl);
-		pthread_mutex_lock(&t->wq_lock);
+		pthread_mutex_lock(&t->w.lock);
 		t->writing = 0;
 		if (!t->wq_head)
 			pthread_cond_broadcast(&t->wq_idle);
 	}
-	pthread_mutex_unlock(&t->wq_lock);
+	pthread_mutex_unlock(&t->w.lock);
 	return NULL;
 }
 
 void tier_sync(struct tier *t)
 {
-	pthread_mutex_lock(&t->wq_lock);
+	pthread_mutex_lock(&t->w.lock);
 	while (t->wq_head || t->writing)
-		pthread_cond_wait(&t->wq_idle, &t->wq_lock);
-	pthread_mutex_unlock(&t->wq_lock);
+		pthread_cond_wait(&t->wq_idle, &t->w.lock);
+	pthread_mutex_unlock(&t->w.lock);
 }
 
 /* ---- set-up ---- */
@@ -736,8 +733,7 @@ int tier_open(const struct tier_opts *o, persist_resolve_fn resolve, persist_pat
 	pthread_mutex_init(&t->recent_lock, NULL);
 	pthread_mutex_init(&t->sq_lock, NULL);
 	pthread_cond_init(&t->sq_room, NULL);
-	pthread_mutex_init(&t->wq_lock, NULL);
-	pthread_cond_init(&t->wq_cond, NULL);
+	worker_init(&t->w);
 	pthread_cond_init(&t->wq_idle, NULL);
 	if (!t->slots) {
 		free(t);
@@ -756,7 +752,7 @@ int tier_open(const struct tier_opts *o, persist_resolve_fn resolve, persist_pat
 		io_uring_queue_exit(&t->ring);
 		goto fail;
 	}
-	if ((e = -pthread_create(&t->writer, NULL, writer_main, t))) {
+	if ((e = worker_start(&t->w, 1, writer_main, t)) < 0) {
 		struct io_uring_sqe *sqe = io_uring_get_sqe(&t->ring);
 		io_uring_prep_nop(sqe);
 		io_uring_sqe_set_data(sqe, NULL);
@@ -795,11 +791,7 @@ void tier_free(struct tier *t)
 {
 	if (!t)
 		return;
-	pthread_mutex_lock(&t->wq_lock);
-	t->stop = 1;
-	pthread_cond_signal(&t->wq_cond);
-	pthread_mutex_unlock(&t->wq_lock);
-	pthread_join(t->writer, NULL);      /* it drains the queue first */
+	worker_stop(&t->w);         /* the writer drains the queue first */
 	pthread_mutex_lock(&t->sq_lock);
 	while (t->inflight)
 		pthread_cond_wait(&t->sq_room, &t->sq_lock);
@@ -821,8 +813,7 @@ void tier_free(struct tier *t)
 	pthread_mutex_destroy(&t->recent_lock);
 	pthread_mutex_destroy(&t->sq_lock);
 	pthread_cond_destroy(&t->sq_room);
-	pthread_mutex_destroy(&t->wq_lock);
-	pthread_cond_destroy(&t->wq_cond);
+	worker_destroy(&t->w);
 	pthread_cond_destroy(&t->wq_idle);
 	free(t->slots);
 	free(t);
