@@ -40,6 +40,7 @@
 #include "clock.h"
 #include "group.h"
 #include "syncwait.h"
+#include "worker.h"
 
 enum { B_QUEUED, B_MAKING, B_READY, B_EMPTY };
 
@@ -109,11 +110,8 @@ struct group {
 	uint8_t *made;              /* one bit a batch (epoch * nb + index) ever made */
 	uint8_t *read;              /* one bit a batch freed after consumers read it */
 	struct group_stats st;
-	int stop;
-	pthread_mutex_t lock;       /* everything above */
-	pthread_cond_t work;
-	pthread_t *th;
-	unsigned nth;
+	struct worker w;            /* the batch makers; w.lock guards everything above */
+	unsigned nth;               /* how many */
 };
 
 static uint32_t batch_n(const struct group *g, uint64_t index)
@@ -207,7 +205,7 @@ static void release(struct group *g, struct gbatch *b)
 	b->state = B_EMPTY;
 	g->st.staged_bytes -= b->len;
 	g->st.freed++;
-	pthread_cond_broadcast(&g->work);
+	worker_wake(&g->w);
 	maybe_unlink(g, b);
 }
 
@@ -372,9 +370,9 @@ static void serve(struct group *g, struct gbatch *b, struct gwait *w)
 		if (++b->done >= g->jobs || b->solo)
 			b->want_free = 1;
 	}
-	pthread_mutex_unlock(&g->lock);
+	pthread_mutex_unlock(&g->w.lock);
 	w->fn(w->arg, (ssize_t)n, data + w->off);
-	pthread_mutex_lock(&g->lock);
+	pthread_mutex_lock(&g->w.lock);
 	if (--b->pins == 0 && b->want_free)
 		release(g, b);          /* may drop the slot: B is not used after */
 	else if (!b->pins)
@@ -414,15 +412,16 @@ static void expire(struct group *g, int stopping)
 				continue;
 			}
 			*p = w->next;
-			pthread_mutex_unlock(&g->lock);
+			pthread_mutex_unlock(&g->w.lock);
 			w->fn(w->arg, stopping ? -ESHUTDOWN : -ETIMEDOUT, NULL);
-			pthread_mutex_lock(&g->lock);
+			pthread_mutex_lock(&g->w.lock);
 			free(w);
 			p = &b->waiters;    /* the list may have changed meanwhile */
 		}
 }
 
-static void *worker(void *arg)
+/* A batch maker (one of nth). */
+static void *make_batches(void *arg)
 {
 	struct group *g = arg;
 	struct batch_worker w = { 0 };
@@ -430,17 +429,15 @@ static void *worker(void *arg)
 	size_t ss = batch_sample_bytes(&g->sp.p), cap = 0;
 	void *file = NULL;
 
-	pthread_mutex_lock(&g->lock);
-	while (!g->stop) {
+	pthread_mutex_lock(&g->w.lock);
+	while (worker_running(&g->w)) {
 		int blocked = 0;
 		struct gbatch *b = idx ? pick(g, &blocked) : NULL;
-		struct timespec ts;
 		if (!b) {
 			if (blocked)
 				drop_stalled(g);
 			expire(g, 0);
-			clock_deadline(&ts, 0.1);
-			pthread_cond_timedwait(&g->work, &g->lock, &ts);
+			worker_wait(&g->w, 0.1);
 			continue;
 		}
 		uint32_t epoch = (uint32_t)(b->seq / g->nb);
@@ -452,11 +449,10 @@ static void *worker(void *arg)
 		if (!data) {
 			b->state = B_QUEUED;        /* try again shortly */
 			g->st.staged_bytes -= b->len;
-			clock_deadline(&ts, 0.1);
-			pthread_cond_timedwait(&g->work, &g->lock, &ts);
+			worker_wait(&g->w, 0.1);
 			continue;
 		}
-		pthread_mutex_unlock(&g->lock);
+		pthread_mutex_unlock(&g->w.lock);
 
 		struct timespec c0, c1;
 		uint32_t bad = 0;
@@ -475,10 +471,10 @@ static void *worker(void *arg)
 			labels[s] = folder_label(g->f, idx[s]);
 			if (err) {
 				bad++;
-				pthread_mutex_lock(&g->lock);
+				pthread_mutex_lock(&g->w.lock);
 				int seen = g->bad_seen[idx[s] / 8] & (1u << idx[s] % 8);
 				g->bad_seen[idx[s] / 8] |= (uint8_t)(1u << idx[s] % 8);
-				pthread_mutex_unlock(&g->lock);
+				pthread_mutex_unlock(&g->w.lock);
 				if (!seen && g->io.bad)
 					g->io.bad(g->io.ctx, rel, err);
 			}
@@ -487,7 +483,7 @@ static void *worker(void *arg)
 		memcpy(data, &h, sizeof(h));
 		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
 
-		pthread_mutex_lock(&g->lock);
+		pthread_mutex_lock(&g->w.lock);
 		g->st.cpu_ns += (uint64_t)((c1.tv_sec - c0.tv_sec) * 1000000000ll + (c1.tv_nsec - c0.tv_nsec));
 		g->st.images += n;
 		g->st.bad_samples += bad;
@@ -500,7 +496,7 @@ static void *worker(void *arg)
 		b->touched = clock_now();
 		wake(g, b);
 	}
-	pthread_mutex_unlock(&g->lock);
+	pthread_mutex_unlock(&g->w.lock);
 	batch_worker_free(&w);
 	free(file);
 	free(idx);
@@ -535,6 +531,7 @@ int group_new(const struct prep_spec *sp, struct folder *f, const struct group_i
 	struct group *g = calloc(1, sizeof(*g));
 	uint32_t n = folder_samples(f);
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	int e;
 
 	err[0] = '\0';
 	if (!g) {
@@ -573,21 +570,21 @@ int group_new(const struct prep_spec *sp, struct folder *f, const struct group_i
 	g->nth = o->threads ? o->threads : (unsigned)(cpus > 0 ? cpus : 1);
 	if (!g->o.ahead)
 		g->o.ahead = g->nth * 2 > 4 ? g->nth * 2 : 4;
-	g->th = calloc(g->nth, sizeof(*g->th));
-	pthread_mutex_init(&g->lock, NULL);
-	clock_cond_init(&g->work);
-	if (!g->bad_seen || !g->made || !g->read || !g->th) {
-		g->nth = 0;
+	if ((e = worker_init(&g->w)) < 0) {
+		free(g->bad_seen);
+		free(g->made);
+		free(g->read);
+		folder_free(f);
+		free(g);
+		return e;
+	}
+	if (!g->bad_seen || !g->made || !g->read) {
 		group_free(g);
 		return -ENOMEM;
 	}
-	for (unsigned i = 0; i < g->nth; i++) {
-		int e = pthread_create(&g->th[i], NULL, worker, g);
-		if (e) {
-			g->nth = i;
-			group_free(g);
-			return -e;
-		}
+	if ((e = worker_start(&g->w, g->nth, make_batches, g)) < 0) {
+		group_free(g);
+		return e;
 	}
 	*out = g;
 	return 0;
@@ -597,13 +594,13 @@ void group_free(struct group *g)
 {
 	if (!g)
 		return;
-	pthread_mutex_lock(&g->lock);
-	g->stop = 1;
+	/* Stopped and its queued reads failed in one critical section: a read
+	 * arriving after it is refused, never queued for no one. */
+	pthread_mutex_lock(&g->w.lock);
+	worker_stop_locked(&g->w);
 	expire(g, 1);
-	pthread_cond_broadcast(&g->work);
-	pthread_mutex_unlock(&g->lock);
-	for (unsigned i = 0; i < g->nth; i++)
-		pthread_join(g->th[i], NULL);
+	pthread_mutex_unlock(&g->w.lock);
+	worker_stop(&g->w);
 	while (g->list) {
 		struct gbatch *b = g->list;
 		g->list = b->next;
@@ -617,13 +614,11 @@ void group_free(struct group *g)
 	}
 	for (int i = 0; i < 2; i++)
 		free(g->orders[i].v);
-	pthread_mutex_destroy(&g->lock);
-	pthread_cond_destroy(&g->work);
+	worker_destroy(&g->w);
 	folder_free(g->f);
 	free(g->bad_seen);
 	free(g->made);
 	free(g->read);
-	free(g->th);
 	free(g);
 }
 
@@ -639,9 +634,9 @@ uint64_t group_batches(const struct group *g)
 
 void group_get_stats(struct group *g, struct group_stats *s)
 {
-	pthread_mutex_lock(&g->lock);
+	pthread_mutex_lock(&g->w.lock);
 	*s = g->st;
-	pthread_mutex_unlock(&g->lock);
+	pthread_mutex_unlock(&g->w.lock);
 }
 
 int group_open(struct group *g, uint32_t epoch, uint64_t index, struct group_reader **out)
@@ -654,7 +649,7 @@ int group_open(struct group *g, uint32_t epoch, uint64_t index, struct group_rea
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
-	pthread_mutex_lock(&g->lock);
+	pthread_mutex_lock(&g->w.lock);
 	uint64_t seq = (uint64_t)epoch * g->nb + index;
 	b = find(g, seq);
 	if (!b) {
@@ -663,14 +658,14 @@ int group_open(struct group *g, uint32_t epoch, uint64_t index, struct group_rea
 		 * queues it. */
 		b = new_slot(g, seq, B_EMPTY);
 		if (!b) {
-			pthread_mutex_unlock(&g->lock);
+			pthread_mutex_unlock(&g->w.lock);
 			free(r);
 			return -ENOMEM;
 		}
 	}
 	b->readers++;
 	g->st.readers++;
-	pthread_mutex_unlock(&g->lock);
+	pthread_mutex_unlock(&g->w.lock);
 	r->g = g;
 	r->b = b;
 	*out = r;
@@ -688,25 +683,25 @@ void group_read_async(struct group_reader *r, off_t off, size_t len, group_read_
 		fn(arg, off < 0 ? -EINVAL : 0, NULL);
 		return;
 	}
-	pthread_mutex_lock(&g->lock);
-	if (g->stop) {
-		pthread_mutex_unlock(&g->lock);
+	pthread_mutex_lock(&g->w.lock);
+	if (!worker_running(&g->w)) {
+		pthread_mutex_unlock(&g->w.lock);
 		fn(arg, -ESHUTDOWN, NULL);
 		return;
 	}
 	if (b->seq + 1 > g->asked) {        /* consumers moved on: workers may too */
 		g->asked = b->seq + 1;
-		pthread_cond_broadcast(&g->work);
+		worker_wake(&g->w);
 	}
 	if (b->state == B_READY) {
 		struct gwait w = { .r = r, .off = off, .len = len, .fn = fn, .arg = arg };
 		serve(g, b, &w);
-		pthread_mutex_unlock(&g->lock);
+		pthread_mutex_unlock(&g->w.lock);
 		return;
 	}
 	struct gwait *w = malloc(sizeof(*w));
 	if (!w) {
-		pthread_mutex_unlock(&g->lock);
+		pthread_mutex_unlock(&g->w.lock);
 		fn(arg, -ENOMEM, NULL);
 		return;
 	}
@@ -715,9 +710,9 @@ void group_read_async(struct group_reader *r, off_t off, size_t len, group_read_
 	b->waiters = w;
 	if (b->state == B_EMPTY) {          /* freed under us: make it again */
 		b->state = B_QUEUED;
-		pthread_cond_broadcast(&g->work);
+		worker_wake(&g->w);
 	}
-	pthread_mutex_unlock(&g->lock);
+	pthread_mutex_unlock(&g->w.lock);
 }
 
 ssize_t group_read(struct group_reader *r, off_t off, size_t len, void *buf)
@@ -735,7 +730,7 @@ void group_close(struct group_reader *r)
 	if (!r)
 		return;
 	g = r->g;
-	pthread_mutex_lock(&g->lock);
+	pthread_mutex_lock(&g->w.lock);
 	g->st.readers--;
 	if (--r->b->readers == 0) {
 		if (r->b->state == B_READY && r->b->solo && !r->b->pins)
@@ -743,6 +738,6 @@ void group_close(struct group_reader *r)
 		else
 			maybe_unlink(g, r->b);
 	}
-	pthread_mutex_unlock(&g->lock);
+	pthread_mutex_unlock(&g->w.lock);
 	free(r);
 }
