@@ -49,9 +49,9 @@ LIBS = $(PKG_LIBS) -lpthread -lm
 #   fs/store/   where names and bytes live: index, RAM cache, storage, manifest
 #   fs/cluster/ partitioned peers: ownership, peer lists, protocol, client, server
 #   fs/util/    the log, a sync waiter, the memory watch, service notify, trust checks, the version,
-#               the monotonic clock, the worker thread's lifecycle
+#               the monotonic clock, the worker thread's lifecycle, the io_uring reader
 CORE_SRC := fs/util/log.c fs/util/memwatch.c fs/util/notify.c fs/util/trust.c fs/util/clock.c \
-	    fs/util/worker.c fs/options.c \
+	    fs/util/worker.c fs/util/uring.c fs/options.c \
 	    fs/core/core.c fs/core/nodes.c fs/core/read.c fs/core/prefetch.c fs/core/pressure.c \
 	    fs/core/metrics.c fs/core/stats.c \
 	    fs/core/control.c fs/core/watch.c fs/core/prepdir.c fs/core/prepspec.c \
