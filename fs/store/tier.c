@@ -8,9 +8,10 @@
  *   budget. Every 64 MiB the pointer crosses, the filesystem's free space
  *   is checked against the floor. Space of a dead item is not reused (the
  *   next mount does not move items on disk either; it shows in `used`).
- * - Reads: one io_uring (depth 64) and a completion thread. The buffer is
- *   the item rounded up to 4 KiB, aligned, read whole so its xxh3 can be
- *   checked; the request's bytes are then copied out or handed over.
+ * - Reads: one io_uring (depth 64) and its completion thread (util/uring.h).
+ *   The buffer is the item rounded up to 4 KiB, aligned, read whole so its
+ *   xxh3 can be checked (the ring's MIN is the item: its padding may be past
+ *   the arena's end); the request's bytes are then copied out or handed over.
  * - Writes: claims filled by readers queue to the writer thread, bounded
  *   (WRITE_QUEUE_MAX bytes: past it a claim is refused, so a slow disk
  *   never holds readers up or memory unbounded). The writer hashes, writes
@@ -20,7 +21,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <liburing.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +37,7 @@
 #include "log.h"
 #include "tier.h"
 #include "trust.h"
+#include "uring.h"
 #include "worker.h"
 
 #define ALIGN 4096ull
@@ -82,6 +83,7 @@ struct tier_claim {
 };
 
 struct tread {
+	struct uring_req u;         /* first (the ring hands it back): the item, read whole into u.buf */
 	struct tier *t;
 	uint64_t slot;
 	struct titem it;            /* what was looked up */
@@ -89,8 +91,6 @@ struct tread {
 	off_t off;                  /* the request */
 	size_t len;
 	void *buf;                  /* the caller's, or NULL */
-	void *tb;                   /* the item, read whole */
-	size_t got, want;
 	source_done_fn done;
 	void *arg;
 };
@@ -117,11 +117,7 @@ struct tier {
 	struct titem *slots;
 	uint64_t mask;
 	unsigned next_dir;          /* round-robin over directories with room */
-	struct io_uring ring;
-	pthread_mutex_t sq_lock;
-	pthread_cond_t sq_room;
-	unsigned inflight;
-	pthread_t cq_thread;
+	struct uring *ring;         /* the reads */
 	struct worker w;            /* the writer; w.lock guards the write queue */
 	pthread_cond_t wq_idle;     /* on w.lock: the queue ran empty */
 	struct tier_claim *wq_head, *wq_tail;       /* w.lock */
@@ -212,8 +208,8 @@ static void keep_recent(struct tier *t, struct tread *r)
 	}
 	free(victim->buf);
 	*victim = (struct recent){ .key = r->it.key, .off = r->it.off, .dir = r->it.dir, .len = r->it.len,
-				   .buf = r->tb, .used = ++t->clock };
-	r->tb = NULL;
+				   .buf = r->u.buf, .used = ++t->clock };
+	r->u.buf = NULL;
 	pthread_mutex_unlock(&t->recent_lock);
 }
 
@@ -261,20 +257,16 @@ static void tread_end(struct tread *r, ssize_t res)
 		INC(t->st.hits, 1);
 		INC(t->st.hit_bytes, n);
 		if (r->buf) {
-			memcpy(r->buf, (char *)r->tb + skip, n);
+			memcpy(r->buf, (char *)r->u.buf + skip, n);
 			r->done(r->arg, (ssize_t)n, r->buf);
 		} else {
-			r->done(r->arg, (ssize_t)n, (char *)r->tb + skip);
+			r->done(r->arg, (ssize_t)n, (char *)r->u.buf + skip);
 		}
 		if (r->it.len > r->len)
 			keep_recent(t, r);  /* the rest of the item is likely asked next */
 	}
-	free(r->tb);
+	free(r->u.buf);
 	free(r);
-	pthread_mutex_lock(&t->sq_lock);
-	t->inflight--;
-	pthread_cond_broadcast(&t->sq_room);
-	pthread_mutex_unlock(&t->sq_lock);
 }
 
 /* Drops the item R read (unless it changed meanwhile). */
@@ -292,56 +284,29 @@ static void drop_read(struct tread *r)
 	forget_recent(t, r->it.key);
 }
 
-static void submit_locked(struct tier *t, struct tread *r)
+/* The end of a ring read (RES: the bytes read, or -errno), on the ring's
+ * completion thread: checks the item and answers. */
+static int ring_done(struct uring_req *u, ssize_t res)
 {
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&t->ring);
+	struct tread *r = (struct tread *)u;
+	struct tier *t = r->t;
 
-	io_uring_prep_read(sqe, t->dirs[r->it.dir].fd, (char *)r->tb + r->got, (unsigned)(r->want - r->got),
-			   r->it.off + r->got);
-	io_uring_sqe_set_data(sqe, r);
-	io_uring_submit(&t->ring);
-}
-
-static void *cq_main(void *arg)
-{
-	struct tier *t = arg;
-
-	for (;;) {
-		struct io_uring_cqe *cqe;
-		if (io_uring_wait_cqe(&t->ring, &cqe) < 0)
-			continue;
-		struct tread *r = io_uring_cqe_get_data(cqe);
-		int res = cqe->res;
-		io_uring_cqe_seen(&t->ring, cqe);
-		if (!r)
-			break;
-		if (res == -EAGAIN || res == -EINTR || (res > 0 && r->got + (size_t)res < r->it.len)) {
-			if (res > 0)
-				r->got += (size_t)res;
-			pthread_mutex_lock(&t->sq_lock);
-			submit_locked(t, r);
-			pthread_mutex_unlock(&t->sq_lock);
-			continue;
-		}
-		if (res > 0)
-			r->got += (size_t)res;
-		if (res < 0 || r->got < r->it.len) {
-			INC(t->st.read_errors, 1);
-			log_warn("SSD tier %s: a read failed (%s); the item is dropped, read from the next source",
-				 t->dirs[r->it.dir].path, res < 0 ? strerror(-res) : "short");
-			drop_read(r);
-			tread_end(r, -EIO);
-		} else if (XXH3_64bits(r->tb, r->it.len) != r->it.xxh) {
-			INC(t->st.corrupt, 1);
-			log_warn("SSD tier %s: an item failed its checksum; dropped, read from the next source",
-				 t->dirs[r->it.dir].path);
-			drop_read(r);
-			tread_end(r, -EBADMSG);
-		} else {
-			tread_end(r, 0);
-		}
+	if (res < 0 || (size_t)res < r->it.len) {
+		INC(t->st.read_errors, 1);
+		log_warn("SSD tier %s: a read failed (%s); the item is dropped, read from the next source",
+			 t->dirs[r->it.dir].path, res < 0 ? strerror((int)-res) : "short");
+		drop_read(r);
+		tread_end(r, -EIO);
+	} else if (XXH3_64bits(r->u.buf, r->it.len) != r->it.xxh) {
+		INC(t->st.corrupt, 1);
+		log_warn("SSD tier %s: an item failed its checksum; dropped, read from the next source",
+			 t->dirs[r->it.dir].path);
+		drop_read(r);
+		tread_end(r, -EBADMSG);
+	} else {
+		tread_end(r, 0);
 	}
-	return NULL;
+	return 0;
 }
 
 void tier_read(void *ctx, struct source_item *it, off_t off, size_t len, void *buf, source_done_fn done,
@@ -385,18 +350,15 @@ void tier_read(void *ctx, struct source_item *it, off_t off, size_t len, void *b
 		return;
 	}
 	*r = (struct tread){ .t = t, .slot = i, .it = s, .item_off = (off_t)it->chunk * t->chunk, .off = off,
-			     .len = len, .buf = buf, .want = round_up(s.len), .done = done, .arg = arg };
-	if (posix_memalign(&r->tb, ALIGN, r->want)) {
+			     .len = len, .buf = buf, .done = done, .arg = arg };
+	r->u = (struct uring_req){ .fd = t->dirs[s.dir].fd, .len = round_up(s.len), .min = s.len,
+				   .off = (off_t)s.off, .done = ring_done };
+	if (posix_memalign(&r->u.buf, ALIGN, r->u.len)) {
 		free(r);
 		done(arg, -EAGAIN, NULL);
 		return;
 	}
-	pthread_mutex_lock(&t->sq_lock);
-	while (t->inflight >= RING_DEPTH)
-		pthread_cond_wait(&t->sq_room, &t->sq_lock);
-	t->inflight++;
-	submit_locked(t, r);
-	pthread_mutex_unlock(&t->sq_lock);
+	uring_read(t->ring, &r->u);
 }
 
 int tier_holds(struct tier *t, uint32_t id, uint32_t chunk, const struct index_version *v)
@@ -731,8 +693,6 @@ int tier_open(const struct tier_opts *o, persist_resolve_fn resolve, persist_pat
 	t->slots = calloc(nslots, sizeof(*t->slots));
 	pthread_mutex_init(&t->lock, NULL);
 	pthread_mutex_init(&t->recent_lock, NULL);
-	pthread_mutex_init(&t->sq_lock, NULL);
-	pthread_cond_init(&t->sq_room, NULL);
 	worker_init(&t->w);
 	pthread_cond_init(&t->wq_idle, NULL);
 	if (!t->slots) {
@@ -744,21 +704,12 @@ int tier_open(const struct tier_opts *o, persist_resolve_fn resolve, persist_pat
 		if ((e = open_dir(t, o, k, resolve, path, arg, err, errlen)) < 0)
 			goto fail;
 	}
-	if ((e = io_uring_queue_init(RING_DEPTH, &t->ring, 0)) < 0) {
+	if ((e = uring_new(RING_DEPTH, &t->ring)) < 0) {
 		snprintf(err, errlen, "SSD tier: io_uring: %s", strerror(-e));
 		goto fail;
 	}
-	if ((e = -pthread_create(&t->cq_thread, NULL, cq_main, t))) {
-		io_uring_queue_exit(&t->ring);
-		goto fail;
-	}
 	if ((e = worker_start(&t->w, 1, writer_main, t)) < 0) {
-		struct io_uring_sqe *sqe = io_uring_get_sqe(&t->ring);
-		io_uring_prep_nop(sqe);
-		io_uring_sqe_set_data(sqe, NULL);
-		io_uring_submit(&t->ring);
-		pthread_join(t->cq_thread, NULL);
-		io_uring_queue_exit(&t->ring);
+		uring_free(t->ring);
 		goto fail;
 	}
 	t->st.dirs = t->ndirs;
@@ -782,6 +733,8 @@ fail:
 		persist_close(t->dirs[k].p);
 		free(t->dirs[k].path);
 	}
+	worker_destroy(&t->w);
+	pthread_cond_destroy(&t->wq_idle);
 	free(t->slots);
 	free(t);
 	return e;
@@ -792,16 +745,7 @@ void tier_free(struct tier *t)
 	if (!t)
 		return;
 	worker_stop(&t->w);         /* the writer drains the queue first */
-	pthread_mutex_lock(&t->sq_lock);
-	while (t->inflight)
-		pthread_cond_wait(&t->sq_room, &t->sq_lock);
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&t->ring);
-	io_uring_prep_nop(sqe);
-	io_uring_sqe_set_data(sqe, NULL);
-	io_uring_submit(&t->ring);
-	pthread_mutex_unlock(&t->sq_lock);
-	pthread_join(t->cq_thread, NULL);
-	io_uring_queue_exit(&t->ring);
+	uring_free(t->ring);        /* and the reads in flight end */
 	for (unsigned k = 0; k < t->ndirs; k++) {
 		close(t->dirs[k].fd);
 		persist_close(t->dirs[k].p);
@@ -811,8 +755,6 @@ void tier_free(struct tier *t)
 		free(t->recent[i].buf);
 	pthread_mutex_destroy(&t->lock);
 	pthread_mutex_destroy(&t->recent_lock);
-	pthread_mutex_destroy(&t->sq_lock);
-	pthread_cond_destroy(&t->sq_room);
 	worker_destroy(&t->w);
 	pthread_cond_destroy(&t->wq_idle);
 	free(t->slots);
