@@ -56,7 +56,7 @@ CORE_SRC := fs/util/log.c fs/util/memwatch.c fs/util/notify.c fs/util/trust.c fs
 	    fs/core/metrics.c fs/core/stats.c \
 	    fs/core/control.c fs/core/watch.c fs/core/prepdir.c fs/core/prepspec.c \
 	    fs/store/index.c fs/store/path.c fs/store/storage.c fs/store/cache.c fs/store/maint.c \
-	    fs/store/manifest.c fs/store/manifest_build.c fs/store/persist.c fs/store/tier.c \
+	    fs/store/manifest.c fs/store/manifest_build.c fs/store/persist.c fs/store/tier.c fs/store/tier_write.c \
 	    fs/cluster/owner.c fs/cluster/cluster.c fs/cluster/proto.c fs/cluster/peer.c \
 	    fs/cluster/peer_client.c fs/cluster/peer_server.c
 PREP_SRC := prep/jpeg.c prep/augment.c prep/batch.c prep/spec.c prep/folder.c prep/group.c

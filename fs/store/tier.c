@@ -1,23 +1,17 @@
-/* tier.c - the SSD tier; see tier.h for the contract.
+/* tier.c - the SSD tier: its table, adoption, reads and set-up; see tier.h
+ * for the contract. Admission, space and the writer are tier_write.c's
+ * (tier_int.h holds what the two share).
  *
  * DESIGN
  * - Table: open addressing over struct titem (by value), sized for twice
  *   max_items, under one mutex. An entry is never removed: a dropped or
  *   stale one is DEAD and a new claim of its key takes the slot again.
- * - Space: per directory, a bump pointer on 4 KiB boundaries up to its
- *   budget. Every 64 MiB the pointer crosses, the filesystem's free space
- *   is checked against the floor. Space of a dead item is not reused (the
- *   next mount does not move items on disk either; it shows in `used`).
  * - Reads: one io_uring (depth 64) and its completion thread (util/uring.h).
  *   The buffer is the item rounded up to 4 KiB, aligned, read whole so its
  *   xxh3 can be checked (the ring's MIN is the item: its padding may be past
  *   the arena's end); the request's bytes are then copied out or handed over.
- * - Writes: claims filled by readers queue to the writer thread, bounded
- *   (WRITE_QUEUE_MAX bytes: past it a claim is refused, so a slow disk
- *   never holds readers up or memory unbounded). The writer hashes, writes
- *   (pwrite, O_DIRECT where taken), then publishes READY and records.
- * - Health: once a second the writer stats each directory; one that is
- *   gone or replaced, or whose write failed, admits nothing more.
+ * - Recent items: the last RECENT items read stay in memory, so the rest of
+ *   a file the kernel asks for in several requests is not read again.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,61 +21,19 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <time.h>
 #include <unistd.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "clock.h"
 #include "log.h"
-#include "tier.h"
+#include "tier_int.h"
 #include "trust.h"
 #include "uring.h"
-#include "worker.h"
 
-#define ALIGN 4096ull
-#define FLOOR_STEP (64ull << 20)        /* space checked against the floor this often */
-#define WRITE_QUEUE_MAX (64ull << 20)   /* bytes claimed and not written yet, at most */
 #define RING_DEPTH 64u
-#define RECENT 8                        /* items kept after their read, for the rest of a file */
 
-enum { T_FREE = 0, T_WRITING, T_READY, T_DEAD };
-
-struct titem {
-	uint64_t key;
-	struct index_version v;
-	uint64_t off;
-	uint64_t xxh;
-	uint32_t len;
-	uint8_t dir;
-	uint8_t state;
-};
-
-struct tdir {
-	char *path;
-	struct persist *p;
-	int fd;
-	int direct;
-	dev_t dev;
-	ino_t ino;
-	uint64_t size;              /* budget */
-	uint64_t used;              /* bump pointer (table lock) */
-	uint64_t checked;           /* used at the last floor check */
-	uint64_t floor;             /* bytes its filesystem keeps free */
-	int down;                   /* atomic: admits nothing (vanished, failed write, floor) */
-};
-
-struct tier_claim {
-	struct tier *t;
-	uint64_t slot;
-	struct tdir *d;
-	uint64_t off;
-	size_t len;
-	void *buf;
-	struct tier_claim *next;    /* the write queue */
-};
-
+/* A read of one item on the ring, for one request. */
 struct tread {
 	struct uring_req u;         /* first (the ring hands it back): the item, read whole into u.buf */
 	struct tier *t;
@@ -95,66 +47,15 @@ struct tread {
 	void *arg;
 };
 
-/* An item just read and checked, kept for the next requests of the same
- * file: the kernel asks for a file larger than its request size (128 KiB
- * here) in several requests, and each would read the whole item again. */
-struct recent {
-	uint64_t key, off;
-	uint8_t dir;
-	uint32_t len;
-	void *buf;                  /* NULL: empty */
-	uint64_t used;              /* the clock of its last use */
-};
+/* ---- the table ---- */
 
-struct tier {
-	struct tdir dirs[TIER_MAX_DIRS];
-	pthread_mutex_t recent_lock;
-	struct recent recent[RECENT];
-	uint64_t clock;
-	unsigned ndirs;
-	uint32_t chunk;
-	pthread_mutex_t lock;       /* the table, the bump pointers */
-	struct titem *slots;
-	uint64_t mask;
-	unsigned next_dir;          /* round-robin over directories with room */
-	struct uring *ring;         /* the reads */
-	struct worker w;            /* the writer; w.lock guards the write queue */
-	pthread_cond_t wq_idle;     /* on w.lock: the queue ran empty */
-	struct tier_claim *wq_head, *wq_tail;       /* w.lock */
-	uint64_t wq_bytes;          /* w.lock */
-	int writing;                /* w.lock: the writer holds a claim */
-	struct tier_stats st;       /* atomic counters */
-};
-
-#define INC(x, n) __atomic_add_fetch(&(x), (n), __ATOMIC_RELAXED)
-
-static uint64_t key_of(uint32_t id, uint32_t chunk)
-{
-	return (uint64_t)id << 32 | chunk;
-}
-
-/* The slot of KEY, or the free slot where it would go. Table lock held. */
-static uint64_t find(struct tier *t, uint64_t key)
+uint64_t tier_slot(struct tier *t, uint64_t key)
 {
 	uint64_t i = XXH3_64bits(&key, sizeof(key)) & t->mask;
 
 	while (t->slots[i].state != T_FREE && t->slots[i].key != key)
 		i = (i + 1) & t->mask;
 	return i;
-}
-
-static uint64_t round_up(uint64_t n)
-{
-	return (n + ALIGN - 1) & ~(ALIGN - 1);
-}
-
-static void dir_down(struct tier *t, struct tdir *d, const char *why)
-{
-	if (!__atomic_exchange_n(&d->down, 1, __ATOMIC_RELAXED)) {
-		INC(t->st.dirs_down, 1);
-		log_warn("SSD tier %s: %s; it admits nothing more (its items are still read while their "
-			 "reads succeed)", d->path, why);
-	}
 }
 
 /* ---- adoption ---- */
@@ -169,13 +70,13 @@ static int adopt_item(void *arg, uint32_t id, uint32_t chunk, const struct index
 {
 	struct adopt_arg *a = arg;
 	struct tier *t = a->t;
-	uint64_t key = key_of(id, chunk);
+	uint64_t key = tier_key(id, chunk);
 	int ret = 0;
 
 	if (off % ALIGN || len > UINT32_MAX)
 		return -ERANGE;
 	pthread_mutex_lock(&t->lock);
-	uint64_t i = find(t, key);
+	uint64_t i = tier_slot(t, key);
 	if (t->slots[i].state == T_READY) {
 		ret = -EEXIST;      /* another directory has it */
 	} else {
@@ -313,11 +214,11 @@ void tier_read(void *ctx, struct source_item *it, off_t off, size_t len, void *b
 	       void *arg)
 {
 	struct tier *t = ctx;
-	uint64_t key = key_of(it->id, it->chunk);
+	uint64_t key = tier_key(it->id, it->chunk);
 	struct tread *r;
 
 	pthread_mutex_lock(&t->lock);
-	uint64_t i = find(t, key);
+	uint64_t i = tier_slot(t, key);
 	struct titem s = t->slots[i];
 	if (s.state == T_READY && !index_version_eq(&s.v, &it->v)) {
 		t->slots[i].state = T_DEAD;         /* the file changed: never served */
@@ -351,7 +252,7 @@ void tier_read(void *ctx, struct source_item *it, off_t off, size_t len, void *b
 	}
 	*r = (struct tread){ .t = t, .slot = i, .it = s, .item_off = (off_t)it->chunk * t->chunk, .off = off,
 			     .len = len, .buf = buf, .done = done, .arg = arg };
-	r->u = (struct uring_req){ .fd = t->dirs[s.dir].fd, .len = round_up(s.len), .min = s.len,
+	r->u = (struct uring_req){ .fd = t->dirs[s.dir].fd, .len = tier_round_up(s.len), .min = s.len,
 				   .off = (off_t)s.off, .done = ring_done };
 	if (posix_memalign(&r->u.buf, ALIGN, r->u.len)) {
 		free(r);
@@ -364,222 +265,10 @@ void tier_read(void *ctx, struct source_item *it, off_t off, size_t len, void *b
 int tier_holds(struct tier *t, uint32_t id, uint32_t chunk, const struct index_version *v)
 {
 	pthread_mutex_lock(&t->lock);
-	struct titem *s = &t->slots[find(t, key_of(id, chunk))];
+	struct titem *s = &t->slots[tier_slot(t, tier_key(id, chunk))];
 	int yes = s->state == T_READY && index_version_eq(&s->v, v);
 	pthread_mutex_unlock(&t->lock);
 	return yes;
-}
-
-/* ---- admission and writes ---- */
-
-/* Whether D's filesystem keeps its floor with STEP more bytes. */
-static int above_floor(struct tdir *d, uint64_t step)
-{
-	struct statvfs sv;
-
-	if (fstatvfs(d->fd, &sv) < 0)
-		return 0;
-	return (uint64_t)sv.f_bavail * sv.f_frsize >= d->floor + step;
-}
-
-struct tier_claim *tier_claim(struct tier *t, uint32_t id, uint32_t chunk, const struct index_version *v,
-			      size_t len, void **buf, int *held_out)
-{
-	uint64_t key = key_of(id, chunk), need = round_up(len);
-	struct tier_claim *cl = NULL;
-	struct tdir *d = NULL;
-	int held = 0;
-
-	if (!len || len > UINT32_MAX)
-		return NULL;
-	pthread_mutex_lock(&t->w.lock);
-	int busy = t->wq_bytes + need > WRITE_QUEUE_MAX;
-	if (!busy)
-		t->wq_bytes += need;        /* given back if no claim is made */
-	pthread_mutex_unlock(&t->w.lock);
-	if (busy) {
-		INC(t->st.full, 1);
-		return NULL;
-	}
-	pthread_mutex_lock(&t->lock);
-	uint64_t i = find(t, key);
-	struct titem *s = &t->slots[i];
-	if (s->state == T_WRITING || (s->state == T_READY && index_version_eq(&s->v, v))) {
-		held = 1;
-		goto out;
-	}
-	for (unsigned k = 0; k < t->ndirs; k++) {
-		struct tdir *c = &t->dirs[(t->next_dir + k) % t->ndirs];
-		if (__atomic_load_n(&c->down, __ATOMIC_RELAXED) || c->used + need > c->size)
-			continue;
-		if (c->used + need > c->checked + FLOOR_STEP || c->used == 0) {
-			uint64_t step = c->size - c->used < FLOOR_STEP ? c->size - c->used : FLOOR_STEP;
-			if (!above_floor(c, step)) {
-				dir_down(t, c, "its filesystem reached the free-space floor");
-				continue;
-			}
-			c->checked = c->used;
-		}
-		d = c;
-		t->next_dir = (t->next_dir + k + 1) % t->ndirs;
-		break;
-	}
-	if (!d)
-		goto out;
-	cl = calloc(1, sizeof(*cl));
-	if (!cl || posix_memalign(&cl->buf, ALIGN, need)) {
-		free(cl);
-		cl = NULL;
-		goto out;
-	}
-	if (s->state == T_READY)
-		__atomic_sub_fetch(&t->st.items, 1, __ATOMIC_RELAXED);      /* a stale one replaced */
-	*s = (struct titem){ .key = key, .v = *v, .off = d->used, .len = (uint32_t)len,
-			     .dir = (uint8_t)(d - t->dirs), .state = T_WRITING };
-	cl->t = t;
-	cl->slot = i;
-	cl->d = d;
-	cl->off = d->used;
-	cl->len = len;
-	d->used += need;
-	*buf = cl->buf;
-out:
-	pthread_mutex_unlock(&t->lock);
-	if (!cl) {
-		pthread_mutex_lock(&t->w.lock);
-		t->wq_bytes -= need;
-		pthread_mutex_unlock(&t->w.lock);
-		if (!d && !held)
-			INC(t->st.full, 1);
-	}
-	if (held_out)
-		*held_out = held;
-	return cl;
-}
-
-static void claim_end(struct tier *t, struct tier_claim *cl, int state)
-{
-	pthread_mutex_lock(&t->lock);
-	t->slots[cl->slot].state = (uint8_t)state;
-	if (state == T_READY)
-		INC(t->st.items, 1);
-	pthread_mutex_unlock(&t->lock);
-	pthread_mutex_lock(&t->w.lock);
-	t->wq_bytes -= round_up(cl->len);
-	pthread_mutex_unlock(&t->w.lock);
-	free(cl->buf);
-	free(cl);
-}
-
-void tier_fill(struct tier *t, struct tier_claim *cl, int ok)
-{
-	if (!ok) {
-		claim_end(t, cl, T_DEAD);
-		return;
-	}
-	pthread_mutex_lock(&t->w.lock);
-	if (t->wq_tail)
-		t->wq_tail->next = cl;
-	else
-		t->wq_head = cl;
-	t->wq_tail = cl;
-	worker_wake(&t->w);
-	pthread_mutex_unlock(&t->w.lock);
-}
-
-static void write_one(struct tier *t, struct tier_claim *cl)
-{
-	struct tdir *d = cl->d;
-	size_t want = round_up(cl->len), done = 0;
-	uint64_t xxh = XXH3_64bits(cl->buf, cl->len);
-
-	memset((char *)cl->buf + cl->len, 0, want - cl->len);
-	while (done < want) {
-		ssize_t n = pwrite(d->fd, (char *)cl->buf + done, want - done, (off_t)(cl->off + done));
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			int e = n < 0 ? errno : EIO;
-			INC(t->st.write_errors, 1);
-			dir_down(t, d, e == EROFS ? "its filesystem turned read-only" : e == ENOSPC ? "its disk is full"
-				 : "a write failed");
-			claim_end(t, cl, T_DEAD);
-			return;
-		}
-		done += (size_t)n;
-	}
-	pthread_mutex_lock(&t->lock);
-	t->slots[cl->slot].xxh = xxh;
-	pthread_mutex_unlock(&t->lock);
-	INC(t->st.admitted, 1);
-	INC(t->st.admitted_bytes, cl->len);
-	if (d->p) {
-		struct titem s;
-		pthread_mutex_lock(&t->lock);
-		s = t->slots[cl->slot];
-		pthread_mutex_unlock(&t->lock);
-		persist_record(d->p, (uint32_t)(s.key >> 32), (uint32_t)s.key, &s.v, cl->off, cl->len, xxh);
-	}
-	claim_end(t, cl, T_READY);
-}
-
-/* Whether D's directory is still the one opened. */
-static void check_dir(struct tier *t, struct tdir *d)
-{
-	struct stat sb;
-
-	if (__atomic_load_n(&d->down, __ATOMIC_RELAXED))
-		return;
-	if (stat(d->path, &sb) < 0 || sb.st_dev != d->dev || sb.st_ino != d->ino)
-		dir_down(t, d, "its directory vanished or was replaced");
-}
-
-/* Writes the queue out and checks the directories once a second; a stop
- * ends it once the queue is empty. */
-static void *writer_main(void *arg)
-{
-	struct tier *t = arg;
-	double checked = -1;        /* when the directories were checked: never */
-
-	pthread_mutex_lock(&t->w.lock);
-	for (;;) {
-		while (!t->wq_head && worker_wait(&t->w, 1.0))
-			if (clock_now() - checked >= 1.0)
-				break;
-		if (clock_now() - checked >= 1.0) {
-			checked = clock_now();
-			pthread_mutex_unlock(&t->w.lock);
-			for (unsigned k = 0; k < t->ndirs; k++)
-				check_dir(t, &t->dirs[k]);
-			pthread_mutex_lock(&t->w.lock);
-		}
-		if (!t->wq_head) {
-			if (!worker_running(&t->w))
-				break;
-			continue;
-		}
-		struct tier_claim *cl = t->wq_head;
-		t->wq_head = cl->next;
-		if (!t->wq_head)
-			t->wq_tail = NULL;
-		t->writing = 1;
-		pthread_mutex_unlock(&t->w.lock);
-		write_one(t, cl);
-		pthread_mutex_lock(&t->w.lock);
-		t->writing = 0;
-		if (!t->wq_head)
-			pthread_cond_broadcast(&t->wq_idle);
-	}
-	pthread_mutex_unlock(&t->w.lock);
-	return NULL;
-}
-
-void tier_sync(struct tier *t)
-{
-	pthread_mutex_lock(&t->w.lock);
-	while (t->wq_head || t->writing)
-		pthread_cond_wait(&t->wq_idle, &t->w.lock);
-	pthread_mutex_unlock(&t->w.lock);
 }
 
 /* ---- set-up ---- */
@@ -667,7 +356,7 @@ static int open_dir(struct tier *t, const struct tier_opts *o, unsigned k, persi
 	}
 	if (persist_capacity(d->p) > d->size)
 		d->size = persist_capacity(d->p);
-	d->used = round_up(used);
+	d->used = tier_round_up(used);
 	d->checked = d->used;
 	return 0;
 }
@@ -693,8 +382,6 @@ int tier_open(const struct tier_opts *o, persist_resolve_fn resolve, persist_pat
 	t->slots = calloc(nslots, sizeof(*t->slots));
 	pthread_mutex_init(&t->lock, NULL);
 	pthread_mutex_init(&t->recent_lock, NULL);
-	worker_init(&t->w);
-	pthread_cond_init(&t->wq_idle, NULL);
 	if (!t->slots) {
 		free(t);
 		return -ENOMEM;
@@ -708,7 +395,7 @@ int tier_open(const struct tier_opts *o, persist_resolve_fn resolve, persist_pat
 		snprintf(err, errlen, "SSD tier: io_uring: %s", strerror(-e));
 		goto fail;
 	}
-	if ((e = worker_start(&t->w, 1, writer_main, t)) < 0) {
+	if ((e = tier_writer_start(t)) < 0) {
 		uring_free(t->ring);
 		goto fail;
 	}
@@ -733,8 +420,6 @@ fail:
 		persist_close(t->dirs[k].p);
 		free(t->dirs[k].path);
 	}
-	worker_destroy(&t->w);
-	pthread_cond_destroy(&t->wq_idle);
 	free(t->slots);
 	free(t);
 	return e;
@@ -744,7 +429,7 @@ void tier_free(struct tier *t)
 {
 	if (!t)
 		return;
-	worker_stop(&t->w);         /* the writer drains the queue first */
+	tier_writer_stop(t);        /* it writes what is queued first */
 	uring_free(t->ring);        /* and the reads in flight end */
 	for (unsigned k = 0; k < t->ndirs; k++) {
 		close(t->dirs[k].fd);
@@ -755,24 +440,8 @@ void tier_free(struct tier *t)
 		free(t->recent[i].buf);
 	pthread_mutex_destroy(&t->lock);
 	pthread_mutex_destroy(&t->recent_lock);
-	worker_destroy(&t->w);
-	pthread_cond_destroy(&t->wq_idle);
 	free(t->slots);
 	free(t);
-}
-
-int tier_is_full(struct tier *t)
-{
-	int full = 1;
-
-	pthread_mutex_lock(&t->lock);
-	for (unsigned k = 0; k < t->ndirs; k++) {
-		struct tdir *d = &t->dirs[k];
-		if (!__atomic_load_n(&d->down, __ATOMIC_RELAXED) && d->used + round_up(t->chunk) <= d->size)
-			full = 0;
-	}
-	pthread_mutex_unlock(&t->lock);
-	return full;
 }
 
 void tier_get_stats(struct tier *t, struct tier_stats *s)
