@@ -56,7 +56,8 @@ CORE_SRC := fs/util/log.c fs/util/memwatch.c fs/util/notify.c fs/util/trust.c fs
 	    fs/core/metrics.c fs/core/stats.c \
 	    fs/core/control.c fs/core/watch.c fs/core/prepdir.c fs/core/prepspec.c \
 	    fs/store/index.c fs/store/path.c fs/store/storage.c fs/store/cache.c fs/store/maint.c \
-	    fs/store/manifest.c fs/store/manifest_build.c fs/store/persist.c fs/store/tier.c fs/store/tier_write.c \
+	    fs/store/manifest.c fs/store/manifest_build.c fs/store/persist.c fs/store/persist_table.c \
+	    fs/store/tier.c fs/store/tier_write.c \
 	    fs/cluster/owner.c fs/cluster/cluster.c fs/cluster/proto.c fs/cluster/peer.c \
 	    fs/cluster/peer_client.c fs/cluster/peer_server.c
 PREP_SRC := prep/jpeg.c prep/augment.c prep/batch.c prep/spec.c prep/folder.c prep/group.c
@@ -212,14 +213,15 @@ FUZZ_CC := clang -std=gnu11 -D_GNU_SOURCE -g -O1 -Ifs -Ifs/core -Ifs/store -Ifs/
 FUZZ_SRC_proto := fs/cluster/proto.c
 FUZZ_SRC_text := fs/cluster/cluster.c prep/spec.c
 FUZZ_SRC_jpeg := prep/batch.c prep/jpeg.c prep/augment.c
-FUZZ_SRC_state := fs/store/persist.c fs/store/cache.c fs/store/path.c fs/store/index.c fs/util/trust.c fs/util/log.c \
-		   fs/util/clock.c
+FUZZ_SRC_state := fs/store/persist.c fs/store/persist_table.c fs/store/cache.c fs/store/path.c fs/store/index.c \
+		   fs/util/trust.c fs/util/log.c fs/util/clock.c
 FUZZ_LIBS_jpeg := -ljpeg
 FUZZ_LIBS_proto := -lsodium
 CORPUS := $(BUILD)/fuzz-corpus
 
 .SECONDEXPANSION:
-$(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $$(FUZZ_SRC_$$*) $$(patsubst %.c,%.h,$$(FUZZ_SRC_$$*)) | $(TEST_DEPS_STAMP)
+$(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $$(FUZZ_SRC_$$*) $$(wildcard $$(patsubst %.c,%.h,$$(FUZZ_SRC_$$*))) \
+		| $(TEST_DEPS_STAMP)
 	$(call say,FUZZ,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(FUZZ_CC) -o $@ $(filter %.c,$^) $(FUZZ_LIBS_$*) -lm
