@@ -43,8 +43,9 @@ PKG_LIBS = $(shell pkg-config --libs $(PKGS))
 ALL_CFLAGS = -std=gnu11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Ifs -Ifs/core -Ifs/store -Ifs/cluster -Ifs/util -Iprep -Iprep/gpu -Itools $(PKG_CFLAGS) -MMD -MP
 LIBS = $(PKG_LIBS) -lpthread -lm
 
-# fs/ is the daemon (main, options) and its FUSE adapter (ops.c, the only
-# file that includes fuse_lowlevel.h); below it, by layer (docs/design.md):
+# fs/ is the daemon (main, options) and its FUSE adapter (ops.c and
+# ops_session.c, the only files that include fuse_lowlevel.h); below it, by
+# layer (docs/design.md):
 #   fs/core/    the filesystem without FUSE: namespaces, read path, .epochfs/, .prep/, counters
 #   fs/store/   where names and bytes live: index, RAM cache, storage, manifest
 #   fs/cluster/ partitioned peers: ownership, peer lists, protocol, client, server
@@ -121,7 +122,7 @@ $(CORE_LIB): $(CORE_OBJ)
 	$(call say,AR,$@)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(DAEMON): $(BUILD)/fs/main.o $(BUILD)/fs/ops.o $(CORE_LIB)
+$(DAEMON): $(BUILD)/fs/main.o $(BUILD)/fs/ops.o $(BUILD)/fs/ops_session.o $(CORE_LIB)
 	$(call say,LINK,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
