@@ -62,7 +62,7 @@ struct index {
 	char *names;
 	size_t names_len;
 	struct index_totals totals;
-	double t0;                  /* tick 0 of the entries' check stamps (clock_coarse) */
+	double t0;                  /* tick 0 of the entries' check stamps (clock_now_coarse) */
 	uint32_t max_age;           /* ticks a check stays valid (atomic) */
 	unsigned seq;               /* odd while a writer publishes */
 	pthread_mutex_t wlock;      /* serialises index_refresh() */
@@ -78,7 +78,7 @@ struct index {
  * its resolution (a jiffy) is finer than a tick. */
 static uint32_t ticks(const struct index *ix)
 {
-	return (uint32_t)((clock_coarse() - ix->t0) * TICKS_PER_S);
+	return (uint32_t)((clock_now_coarse() - ix->t0) * TICKS_PER_S);
 }
 
 static int64_t ts_ns(const struct timespec *t)
@@ -415,7 +415,7 @@ int index_scan(int rootfd, const struct index_scan_opts *o, struct index **out)
 		goto out;
 	}
 	ix->rootfd = rootfd;
-	ix->t0 = clock_coarse();
+	ix->t0 = clock_now_coarse();
 	ix->max_age = UINT32_MAX;
 	ix->n = (uint32_t)(s.entries + 1);
 	ix->names_len = s.names_len + 1;

@@ -23,7 +23,7 @@ double clock_now(void)
 	return seconds_of(CLOCK_MONOTONIC);
 }
 
-double clock_coarse(void)
+double clock_now_coarse(void)
 {
 	return seconds_of(CLOCK_MONOTONIC_COARSE);
 }

@@ -26,7 +26,7 @@ double clock_now(void);
  * 10 ms behind), for hot paths that need no better; it costs a few ns, a
  * third of clock_now(). Never compare it with clock_now(): the two may be
  * a tick apart either way. */
-double clock_coarse(void);
+double clock_now_coarse(void);
 
 /* Adds SECONDS (may be negative) to *TS, carrying nanoseconds into
  * seconds: tv_nsec stays in [0, 1e9). */
