@@ -23,9 +23,9 @@
 double clock_now(void);
 
 /* CLOCK_MONOTONIC_COARSE, in seconds: the last tick's time (a jiffy, 1 to
- * 10 ms behind), for hot paths that need no better; it costs a few ns, a
- * third of clock_now(). Never compare it with clock_now(): the two may be
- * a tick apart either way. */
+ * 10 ms behind), for hot paths that need no better; the vDSO returns it
+ * without reading the clock source. Never compare it with clock_now():
+ * the two may be a tick apart either way. */
 double clock_now_coarse(void);
 
 /* Adds SECONDS (may be negative) to *TS, carrying nanoseconds into
