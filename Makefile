@@ -43,19 +43,23 @@ PKG_LIBS = $(shell pkg-config --libs $(PKGS))
 ALL_CFLAGS = -std=gnu11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Ifs -Ifs/core -Ifs/core/ns -Ifs/store -Ifs/cluster -Ifs/util -Iprep -Iprep/gpu -Itools $(PKG_CFLAGS) -MMD -MP
 LIBS = $(PKG_LIBS) -lpthread -lm
 
-# fs/ is the daemon (main, options) and its FUSE adapter (ops.c, the only
-# file that includes fuse_lowlevel.h); below it, by layer (docs/design.md):
+# fs/ is the daemon (main, options) and its FUSE adapter (ops.c and
+# ops_session.c, the only files that include fuse_lowlevel.h); below it, by
+# layer (docs/design.md):
 #   fs/core/    the filesystem without FUSE: namespaces, read path, .epochfs/, .prep/, counters
 #   fs/store/   where names and bytes live: index, RAM cache, storage, manifest
 #   fs/cluster/ partitioned peers: ownership, peer lists, protocol, client, server
-#   fs/util/    the log, a sync waiter, the memory watch, service notify, trust checks, the version
-CORE_SRC := fs/util/log.c fs/util/memwatch.c fs/util/notify.c fs/util/trust.c fs/util/httpd.c fs/options.c \
+#   fs/util/    the log, a sync waiter, the memory watch, service notify, trust checks, the version,
+#               the monotonic clock, the worker thread's lifecycle, the io_uring reader, the metrics server
+CORE_SRC := fs/util/log.c fs/util/memwatch.c fs/util/notify.c fs/util/trust.c fs/util/httpd.c fs/util/clock.c \
+	    fs/util/worker.c fs/util/uring.c fs/options.c \
 	    fs/core/core.c fs/core/nodes.c fs/core/read.c fs/core/plan.c fs/core/prefetch.c fs/core/pressure.c \
 	    fs/core/metrics.c fs/core/stats.c fs/core/watch.c \
 	    fs/core/ns/control.c fs/core/ns/order.c fs/core/ns/prepdir.c fs/core/ns/prepspec.c \
 	    fs/core/ns/ns_control.c fs/core/ns/ns_order.c fs/core/ns/ns_prep.c \
 	    fs/store/index.c fs/store/path.c fs/store/storage.c fs/store/cache.c fs/store/maint.c fs/store/staging.c \
-	    fs/store/manifest.c fs/store/manifest_build.c fs/store/persist.c fs/store/tier.c \
+	    fs/store/manifest.c fs/store/manifest_build.c fs/store/persist.c fs/store/persist_table.c \
+	    fs/store/tier.c fs/store/tier_write.c \
 	    fs/cluster/owner.c fs/cluster/cluster.c fs/cluster/proto.c fs/cluster/peer.c \
 	    fs/cluster/peer_client.c fs/cluster/peer_server.c
 PREP_SRC := prep/jpeg.c prep/augment.c prep/batch.c prep/spec.c prep/folder.c prep/group.c
@@ -119,7 +123,7 @@ $(CORE_LIB): $(CORE_OBJ)
 	$(call say,AR,$@)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(DAEMON): $(BUILD)/fs/main.o $(BUILD)/fs/ops.o $(CORE_LIB)
+$(DAEMON): $(BUILD)/fs/main.o $(BUILD)/fs/ops.o $(BUILD)/fs/ops_session.o $(CORE_LIB)
 	$(call say,LINK,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
@@ -211,13 +215,15 @@ FUZZ_CC := clang -std=gnu11 -D_GNU_SOURCE -g -O1 -Ifs -Ifs/core -Ifs/core/ns -If
 FUZZ_SRC_proto := fs/cluster/proto.c
 FUZZ_SRC_text := fs/cluster/cluster.c prep/spec.c
 FUZZ_SRC_jpeg := prep/batch.c prep/jpeg.c prep/augment.c
-FUZZ_SRC_state := fs/store/persist.c fs/store/cache.c fs/store/path.c fs/store/index.c fs/util/trust.c fs/util/log.c
+FUZZ_SRC_state := fs/store/persist.c fs/store/persist_table.c fs/store/cache.c fs/store/path.c fs/store/index.c \
+		   fs/util/trust.c fs/util/log.c fs/util/clock.c
 FUZZ_LIBS_jpeg := -ljpeg
 FUZZ_LIBS_proto := -lsodium
 CORPUS := $(BUILD)/fuzz-corpus
 
 .SECONDEXPANSION:
-$(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $$(FUZZ_SRC_$$*) $$(patsubst %.c,%.h,$$(FUZZ_SRC_$$*)) | $(TEST_DEPS_STAMP)
+$(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $$(FUZZ_SRC_$$*) $$(wildcard $$(patsubst %.c,%.h,$$(FUZZ_SRC_$$*))) \
+		| $(TEST_DEPS_STAMP)
 	$(call say,FUZZ,$@)
 	$(Q)mkdir -p $(@D)
 	$(Q)$(FUZZ_CC) -o $@ $(filter %.c,$^) $(FUZZ_LIBS_$*) -lm

@@ -1,6 +1,7 @@
 /* ops.h - the FUSE adapter: mounts a struct core and serves it.
  *
- * The only module that includes fuse_lowlevel.h. It maps kernel requests to
+ * The only module that includes fuse_lowlevel.h (ops.c, the operation table;
+ * ops_session.c, the session and the notifier). It maps kernel requests to
  * core calls and core results to replies, exactly one reply per request.
  * Node numbers: an index entry ID at generation GEN is node (GEN << 32) | ID,
  * so a file that changed under the mount gets a new kernel inode (and an

@@ -37,8 +37,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "group.h"
 #include "syncwait.h"
+#include "worker.h"
 
 enum { B_QUEUED, B_MAKING, B_READY, B_EMPTY };
 
@@ -108,30 +110,9 @@ struct group {
 	uint8_t *made;              /* one bit a batch (epoch * nb + index) ever made */
 	uint8_t *read;              /* one bit a batch freed after consumers read it */
 	struct group_stats st;
-	int stop;
-	pthread_mutex_t lock;       /* everything above */
-	pthread_cond_t work;
-	pthread_t *th;
-	unsigned nth;
+	struct worker w;            /* the batch makers; w.lock guards everything above */
+	unsigned nth;               /* how many */
 };
-
-static double now(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + t.tv_nsec / 1e9;
-}
-
-static void deadline(struct timespec *ts, double s)
-{
-	double t;
-
-	clock_gettime(CLOCK_MONOTONIC, ts);
-	t = (double)ts->tv_sec + ts->tv_nsec / 1e9 + s;
-	ts->tv_sec = (time_t)t;
-	ts->tv_nsec = (long)((t - (double)ts->tv_sec) * 1e9);
-}
 
 static uint32_t batch_n(const struct group *g, uint64_t index)
 {
@@ -224,7 +205,7 @@ static void release(struct group *g, struct gbatch *b)
 	b->state = B_EMPTY;
 	g->st.staged_bytes -= b->len;
 	g->st.freed++;
-	pthread_cond_broadcast(&g->work);
+	worker_wake(&g->w);
 	maybe_unlink(g, b);
 }
 
@@ -237,7 +218,7 @@ static struct gbatch *new_slot(struct group *g, uint64_t seq, int state)
 	b->seq = seq;
 	b->state = state;
 	b->len = group_batch_bytes(g, seq % g->nb);
-	b->touched = now();
+	b->touched = clock_now();
 	b->next = g->list;
 	g->list = b;
 	return b;
@@ -327,7 +308,7 @@ static struct gbatch *pick(struct group *g, int *blocked)
 static void drop_stalled(struct group *g)
 {
 	struct gbatch *old = NULL;
-	double t = now();
+	double t = clock_now();
 
 	if (g->jobs <= 1)
 		return;
@@ -378,7 +359,7 @@ static void serve(struct group *g, struct gbatch *b, struct gwait *w)
 	const uint8_t *data = b->data;
 
 	b->pins++;
-	b->touched = now();
+	b->touched = clock_now();
 	g->st.served_bytes += n;
 	r->copied += n;
 	if (!r->counted && r->copied >= b->len) {
@@ -389,9 +370,9 @@ static void serve(struct group *g, struct gbatch *b, struct gwait *w)
 		if (++b->done >= g->jobs || b->solo)
 			b->want_free = 1;
 	}
-	pthread_mutex_unlock(&g->lock);
+	pthread_mutex_unlock(&g->w.lock);
 	w->fn(w->arg, (ssize_t)n, data + w->off);
-	pthread_mutex_lock(&g->lock);
+	pthread_mutex_lock(&g->w.lock);
 	if (--b->pins == 0 && b->want_free)
 		release(g, b);          /* may drop the slot: B is not used after */
 	else if (!b->pins)
@@ -421,7 +402,7 @@ static void wake(struct group *g, struct gbatch *b)
 /* Fails queued reads older than wait_s (or all, when STOPPING). Lock held. */
 static void expire(struct group *g, int stopping)
 {
-	double t = now();
+	double t = clock_now();
 
 	for (struct gbatch *b = g->list; b; b = b->next)
 		for (struct gwait **p = &b->waiters; *p;) {
@@ -431,15 +412,16 @@ static void expire(struct group *g, int stopping)
 				continue;
 			}
 			*p = w->next;
-			pthread_mutex_unlock(&g->lock);
+			pthread_mutex_unlock(&g->w.lock);
 			w->fn(w->arg, stopping ? -ESHUTDOWN : -ETIMEDOUT, NULL);
-			pthread_mutex_lock(&g->lock);
+			pthread_mutex_lock(&g->w.lock);
 			free(w);
 			p = &b->waiters;    /* the list may have changed meanwhile */
 		}
 }
 
-static void *worker(void *arg)
+/* A batch maker (one of nth). */
+static void *make_batches(void *arg)
 {
 	struct group *g = arg;
 	struct batch_worker w = { 0 };
@@ -447,17 +429,15 @@ static void *worker(void *arg)
 	size_t ss = batch_sample_bytes(&g->sp.p), cap = 0;
 	void *file = NULL;
 
-	pthread_mutex_lock(&g->lock);
-	while (!g->stop) {
+	pthread_mutex_lock(&g->w.lock);
+	while (worker_running(&g->w)) {
 		int blocked = 0;
 		struct gbatch *b = idx ? pick(g, &blocked) : NULL;
-		struct timespec ts;
 		if (!b) {
 			if (blocked)
 				drop_stalled(g);
 			expire(g, 0);
-			deadline(&ts, 0.1);
-			pthread_cond_timedwait(&g->work, &g->lock, &ts);
+			worker_wait(&g->w, 0.1);
 			continue;
 		}
 		uint32_t epoch = (uint32_t)(b->seq / g->nb);
@@ -469,11 +449,10 @@ static void *worker(void *arg)
 		if (!data) {
 			b->state = B_QUEUED;        /* try again shortly */
 			g->st.staged_bytes -= b->len;
-			deadline(&ts, 0.1);
-			pthread_cond_timedwait(&g->work, &g->lock, &ts);
+			worker_wait(&g->w, 0.1);
 			continue;
 		}
-		pthread_mutex_unlock(&g->lock);
+		pthread_mutex_unlock(&g->w.lock);
 
 		struct timespec c0, c1;
 		uint32_t bad = 0;
@@ -492,10 +471,10 @@ static void *worker(void *arg)
 			labels[s] = folder_label(g->f, idx[s]);
 			if (err) {
 				bad++;
-				pthread_mutex_lock(&g->lock);
+				pthread_mutex_lock(&g->w.lock);
 				int seen = g->bad_seen[idx[s] / 8] & (1u << idx[s] % 8);
 				g->bad_seen[idx[s] / 8] |= (uint8_t)(1u << idx[s] % 8);
-				pthread_mutex_unlock(&g->lock);
+				pthread_mutex_unlock(&g->w.lock);
 				if (!seen && g->io.bad)
 					g->io.bad(g->io.ctx, rel, err);
 			}
@@ -504,7 +483,7 @@ static void *worker(void *arg)
 		memcpy(data, &h, sizeof(h));
 		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
 
-		pthread_mutex_lock(&g->lock);
+		pthread_mutex_lock(&g->w.lock);
 		g->st.cpu_ns += (uint64_t)((c1.tv_sec - c0.tv_sec) * 1000000000ll + (c1.tv_nsec - c0.tv_nsec));
 		g->st.images += n;
 		g->st.bad_samples += bad;
@@ -514,10 +493,10 @@ static void *worker(void *arg)
 			g->st.produced++;
 		b->data = data;
 		b->state = B_READY;
-		b->touched = now();
+		b->touched = clock_now();
 		wake(g, b);
 	}
-	pthread_mutex_unlock(&g->lock);
+	pthread_mutex_unlock(&g->w.lock);
 	batch_worker_free(&w);
 	free(file);
 	free(idx);
@@ -552,6 +531,7 @@ int group_new(const struct prep_spec *sp, struct folder *f, const struct group_i
 	struct group *g = calloc(1, sizeof(*g));
 	uint32_t n = folder_samples(f);
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	int e;
 
 	err[0] = '\0';
 	if (!g) {
@@ -590,25 +570,21 @@ int group_new(const struct prep_spec *sp, struct folder *f, const struct group_i
 	g->nth = o->threads ? o->threads : (unsigned)(cpus > 0 ? cpus : 1);
 	if (!g->o.ahead)
 		g->o.ahead = g->nth * 2 > 4 ? g->nth * 2 : 4;
-	g->th = calloc(g->nth, sizeof(*g->th));
-	pthread_mutex_init(&g->lock, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&g->work, &ca);
-	pthread_condattr_destroy(&ca);
-	if (!g->bad_seen || !g->made || !g->read || !g->th) {
-		g->nth = 0;
+	if ((e = worker_init(&g->w)) < 0) {
+		free(g->bad_seen);
+		free(g->made);
+		free(g->read);
+		folder_free(f);
+		free(g);
+		return e;
+	}
+	if (!g->bad_seen || !g->made || !g->read) {
 		group_free(g);
 		return -ENOMEM;
 	}
-	for (unsigned i = 0; i < g->nth; i++) {
-		int e = pthread_create(&g->th[i], NULL, worker, g);
-		if (e) {
-			g->nth = i;
-			group_free(g);
-			return -e;
-		}
+	if ((e = worker_start(&g->w, g->nth, make_batches, g)) < 0) {
+		group_free(g);
+		return e;
 	}
 	*out = g;
 	return 0;
@@ -618,13 +594,13 @@ void group_free(struct group *g)
 {
 	if (!g)
 		return;
-	pthread_mutex_lock(&g->lock);
-	g->stop = 1;
+	/* Stopped and its queued reads failed in one critical section: a read
+	 * arriving after it is refused, never queued for no one. */
+	pthread_mutex_lock(&g->w.lock);
+	worker_stop_locked(&g->w);
 	expire(g, 1);
-	pthread_cond_broadcast(&g->work);
-	pthread_mutex_unlock(&g->lock);
-	for (unsigned i = 0; i < g->nth; i++)
-		pthread_join(g->th[i], NULL);
+	pthread_mutex_unlock(&g->w.lock);
+	worker_stop(&g->w);
 	while (g->list) {
 		struct gbatch *b = g->list;
 		g->list = b->next;
@@ -638,13 +614,11 @@ void group_free(struct group *g)
 	}
 	for (int i = 0; i < 2; i++)
 		free(g->orders[i].v);
-	pthread_mutex_destroy(&g->lock);
-	pthread_cond_destroy(&g->work);
+	worker_destroy(&g->w);
 	folder_free(g->f);
 	free(g->bad_seen);
 	free(g->made);
 	free(g->read);
-	free(g->th);
 	free(g);
 }
 
@@ -660,9 +634,9 @@ uint64_t group_batches(const struct group *g)
 
 void group_get_stats(struct group *g, struct group_stats *s)
 {
-	pthread_mutex_lock(&g->lock);
+	pthread_mutex_lock(&g->w.lock);
 	*s = g->st;
-	pthread_mutex_unlock(&g->lock);
+	pthread_mutex_unlock(&g->w.lock);
 }
 
 int group_open(struct group *g, uint32_t epoch, uint64_t index, struct group_reader **out)
@@ -675,7 +649,7 @@ int group_open(struct group *g, uint32_t epoch, uint64_t index, struct group_rea
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
-	pthread_mutex_lock(&g->lock);
+	pthread_mutex_lock(&g->w.lock);
 	uint64_t seq = (uint64_t)epoch * g->nb + index;
 	b = find(g, seq);
 	if (!b) {
@@ -684,14 +658,14 @@ int group_open(struct group *g, uint32_t epoch, uint64_t index, struct group_rea
 		 * queues it. */
 		b = new_slot(g, seq, B_EMPTY);
 		if (!b) {
-			pthread_mutex_unlock(&g->lock);
+			pthread_mutex_unlock(&g->w.lock);
 			free(r);
 			return -ENOMEM;
 		}
 	}
 	b->readers++;
 	g->st.readers++;
-	pthread_mutex_unlock(&g->lock);
+	pthread_mutex_unlock(&g->w.lock);
 	r->g = g;
 	r->b = b;
 	*out = r;
@@ -709,36 +683,36 @@ void group_read_async(struct group_reader *r, off_t off, size_t len, group_read_
 		fn(arg, off < 0 ? -EINVAL : 0, NULL);
 		return;
 	}
-	pthread_mutex_lock(&g->lock);
-	if (g->stop) {
-		pthread_mutex_unlock(&g->lock);
+	pthread_mutex_lock(&g->w.lock);
+	if (!worker_running(&g->w)) {
+		pthread_mutex_unlock(&g->w.lock);
 		fn(arg, -ESHUTDOWN, NULL);
 		return;
 	}
 	if (b->seq + 1 > g->asked) {        /* consumers moved on: workers may too */
 		g->asked = b->seq + 1;
-		pthread_cond_broadcast(&g->work);
+		worker_wake(&g->w);
 	}
 	if (b->state == B_READY) {
 		struct gwait w = { .r = r, .off = off, .len = len, .fn = fn, .arg = arg };
 		serve(g, b, &w);
-		pthread_mutex_unlock(&g->lock);
+		pthread_mutex_unlock(&g->w.lock);
 		return;
 	}
 	struct gwait *w = malloc(sizeof(*w));
 	if (!w) {
-		pthread_mutex_unlock(&g->lock);
+		pthread_mutex_unlock(&g->w.lock);
 		fn(arg, -ENOMEM, NULL);
 		return;
 	}
-	*w = (struct gwait){ .r = r, .off = off, .len = len, .since = now(), .fn = fn, .arg = arg,
+	*w = (struct gwait){ .r = r, .off = off, .len = len, .since = clock_now(), .fn = fn, .arg = arg,
 			     .next = b->waiters };
 	b->waiters = w;
 	if (b->state == B_EMPTY) {          /* freed under us: make it again */
 		b->state = B_QUEUED;
-		pthread_cond_broadcast(&g->work);
+		worker_wake(&g->w);
 	}
-	pthread_mutex_unlock(&g->lock);
+	pthread_mutex_unlock(&g->w.lock);
 }
 
 ssize_t group_read(struct group_reader *r, off_t off, size_t len, void *buf)
@@ -756,7 +730,7 @@ void group_close(struct group_reader *r)
 	if (!r)
 		return;
 	g = r->g;
-	pthread_mutex_lock(&g->lock);
+	pthread_mutex_lock(&g->w.lock);
 	g->st.readers--;
 	if (--r->b->readers == 0) {
 		if (r->b->state == B_READY && r->b->solo && !r->b->pins)
@@ -764,6 +738,6 @@ void group_close(struct group_reader *r)
 		else
 			maybe_unlink(g, r->b);
 	}
-	pthread_mutex_unlock(&g->lock);
+	pthread_mutex_unlock(&g->w.lock);
 	free(r);
 }

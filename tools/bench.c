@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "mstats.h"
 #include "options.h"
 #include "rng.h"
@@ -178,7 +179,6 @@ int main(int argc, char **argv)
 	for (unsigned e = 0; e < epochs; e++) {
 		uint64_t rng = ((uint64_t)seed << 32) ^ (e * 0x9e3779b97f4a7c15ull);
 		long long s0 = storage_bytes(statsfile), s1, d0 = dev_read_bytes(), d1;
-		struct timespec t0, t1;
 
 		for (size_t i = 0; i < nfiles; i++)
 			r.order[i] = i;
@@ -189,15 +189,15 @@ int main(int argc, char **argv)
 		}
 		r.next = 0;
 		r.bytes = 0;
-		clock_gettime(CLOCK_MONOTONIC, &t0);
+		double t0 = clock_now();
 		for (unsigned i = 0; i < threads; i++)
 			pthread_create(&tids[i], NULL, reader, &r);
 		for (unsigned i = 0; i < threads; i++)
 			pthread_join(tids[i], NULL);
-		clock_gettime(CLOCK_MONOTONIC, &t1);
+		double t1 = clock_now();
 		s1 = storage_bytes(statsfile);
 		d1 = dev_read_bytes();
-		double dt = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+		double dt = t1 - t0;
 		long long storage = s0 >= 0 && s1 >= 0 ? s1 - s0 : -1;
 		long long dev = d0 >= 0 && d1 >= 0 ? d1 - d0 : -1;
 		if (json)

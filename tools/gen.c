@@ -26,6 +26,7 @@
 #include <turbojpeg.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "options.h"
 #include "rng.h"
 #include "version.h"
@@ -207,7 +208,6 @@ int main(int argc, char **argv)
 	unsigned threads = (unsigned)sysconf(_SC_NPROCESSORS_ONLN), seed = 1;
 	int c, have_files = 0;
 	pthread_t tids[256];
-	struct timespec t0, t1;
 	char path[4096];
 
 	opterr = 0;
@@ -251,7 +251,7 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	double t0 = clock_now();
 	for (unsigned i = 0; i < threads; i++)
 		pthread_create(&tids[i], NULL, gen_worker, &g);
 	int tty = isatty(STDERR_FILENO);
@@ -266,8 +266,7 @@ int main(int argc, char **argv)
 		pthread_join(tids[i], NULL);
 	if (g.failed)
 		return 1;
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	double dt = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+	double dt = clock_now() - t0;
 	fprintf(stderr, "%sepochfs-gen: %u images in %u classes, %.1f MB (mean %.1f KB), %.1f s\n",
 		tty ? "\r" : "", g.files, g.classes < g.files ? g.classes : g.files, g.bytes / 1e6,
 		g.bytes / 1e3 / g.files, dt);

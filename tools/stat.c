@@ -37,6 +37,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "mstats.h"
 #include "options.h"
 #include "version.h"
@@ -45,14 +46,6 @@ struct snap {
 	struct mstats m;
 	double t;                   /* CLOCK_MONOTONIC seconds */
 };
-
-static double mono(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static double get(const struct snap *s, const char *k)
 {
@@ -203,7 +196,7 @@ static int take(const char *file, const char *mnt, struct snap *s)
 {
 	int err = mstats_read(file, &s->m);
 
-	s->t = mono();
+	s->t = clock_now();
 	if (err < 0)
 		fprintf(stderr, "epochfs-stat: error: %s: cannot read its counters: %s\n", mnt,
 			err == -EBADMSG ? "not the stats format this tool knows" : strerror(-err));
@@ -287,9 +280,7 @@ int main(int argc, char **argv)
 	struct timespec next;
 	clock_gettime(CLOCK_MONOTONIC, &next);
 	for (unsigned n = 1; !count || n < count; n++) {
-		long long ns = (long long)next.tv_nsec + (long long)(interval * 1e9);
-		next.tv_sec += ns / 1000000000;
-		next.tv_nsec = ns % 1000000000;
+		clock_add(&next, interval);         /* from the last due time: no drift */
 		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL) == EINTR)
 			;
 		if (take(file, mnt, &cur) < 0)

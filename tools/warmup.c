@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "mstats.h"
 #include "version.h"
 
@@ -136,14 +137,6 @@ static void *reader(void *arg)
 	}
 	free(buf);
 	return NULL;
-}
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 static void usage(FILE *f)
@@ -294,7 +287,7 @@ int main(int argc, char **argv)
 			total += (uint64_t)sb.st_size;
 	}
 	double used0 = get(stats, "cache_used_bytes"), tier0 = get(stats, "tier_admitted_bytes");
-	double st0 = get(stats, "storage_read_bytes"), t0 = now(), last = t0;
+	double st0 = get(stats, "storage_read_bytes"), t0 = clock_now(), last = t0;
 	pthread_t tid[256];
 	unsigned started = 0;
 
@@ -304,7 +297,7 @@ int main(int argc, char **argv)
 	while (__atomic_load_n(&W.done_files, __ATOMIC_RELAXED) < W.files.n && started) {
 		struct timespec ts = { 0, 100000000 };
 		nanosleep(&ts, NULL);
-		double t = now();
+		double t = clock_now();
 		if (!W.quiet && t - last >= 1.0) {
 			uint64_t f = __atomic_load_n(&W.done_files, __ATOMIC_RELAXED);
 			uint64_t b = __atomic_load_n(&W.done_bytes, __ATOMIC_RELAXED);
@@ -325,7 +318,7 @@ int main(int argc, char **argv)
 		if (a == get(stats, "tier_admitted") + get(stats, "tier_write_errors"))
 			break;
 	}
-	double secs = now() - t0;
+	double secs = clock_now() - t0;
 	uint64_t bytes = W.done_bytes;
 	double ram_now = get(stats, "cache_used_bytes"), tier_now = get(stats, "tier_admitted_bytes")
 		+ get(stats, "tier_adopted_bytes");

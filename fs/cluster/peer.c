@@ -32,19 +32,13 @@
 
 #include <sodium.h>
 
+#include "clock.h"
 #include "log.h"
 #include "peer_int.h"
 #include "trust.h"
+#include "worker.h"
 
 #define MAX_NODE_SAMPLES 64         /* per-node samples for this many nodes */
-
-double peer_now(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + t.tv_nsec / 1e9;
-}
 
 void peer_wake(struct peer *p)
 {
@@ -220,7 +214,7 @@ int peer_pump(struct conn *k, proto_frame_fn fn, void *arg)
 /* Timeouts and wanted connections; once per loop turn. */
 static void tick(struct peer *p)
 {
-	double t = peer_now();
+	double t = clock_now();
 
 	pc_tick(p, t);
 	ps_tick(p, t);
@@ -231,7 +225,7 @@ static void *loop(void *arg)
 	struct peer *p = arg;
 	struct epoll_event evs[64];
 
-	while (!__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
+	while (worker_running(&p->w)) {
 		int n = epoll_wait(p->epfd, evs, 64, 50);
 		for (int i = 0; i < n; i++) {
 			void *tag = evs[i].data.ptr;
@@ -347,6 +341,13 @@ static void stop_hook(void *ctx)
 	peer_free(ctx);
 }
 
+/* The worker's kick: the peer thread sleeps in epoll_wait(), not on the
+ * worker's condvar. */
+static void kick(void *arg)
+{
+	peer_wake(arg);
+}
+
 int peer_new(struct core *c, const struct peer_opts *o, struct peer **out, char *err,
 	     size_t errlen)
 {
@@ -363,6 +364,11 @@ int peer_new(struct core *c, const struct peer_opts *o, struct peer **out, char 
 		free(p);
 		return -EIO;
 	}
+	if ((e = worker_init(&p->w)) < 0) {
+		free(p);
+		return e;
+	}
+	worker_set_kick(&p->w, kick, p);
 	p->c = c;
 	p->insecure = o->insecure || !o->key;
 	if (o->key)
@@ -442,11 +448,10 @@ fail:
 
 int peer_start(struct peer *p)
 {
-	int e = pthread_create(&p->th, NULL, loop, p);
+	int e = worker_start(&p->w, 1, loop, p);
 
-	if (e)
-		return -e;
-	p->started = 1;
+	if (e < 0)
+		return e;
 	/* Peers are dialed on first use, not now: nodes start in any order,
 	 * and a refused early dial would only cost a backoff. */
 	return 0;
@@ -472,11 +477,7 @@ void peer_free(struct peer *p)
 {
 	if (!p)
 		return;
-	if (p->started) {
-		__atomic_store_n(&p->stop, 1, __ATOMIC_RELEASE);
-		peer_wake(p);
-		pthread_join(p->th, NULL);
-	}
+	worker_stop(&p->w);         /* its kick wakes the thread's epoll_wait() */
 	/* Say goodbye, so peers log a shutdown, not a fault (best effort). */
 	for (unsigned i = 0; p->out && i < p->cl.n; i++)
 		if (p->out[i].fd >= 0 && p->out[i].state == PS_UP)
@@ -504,6 +505,7 @@ void peer_free(struct peer *p)
 	free(p->addr);
 	free(p->alen);
 	free(p->full);
+	worker_destroy(&p->w);
 	free(p);
 }
 

@@ -33,6 +33,7 @@
 #include <xxhash.h>
 
 #include "cache.h"
+#include "clock.h"
 #include "log.h"
 #include "manifest.h"
 #include "peer_int.h"
@@ -123,7 +124,7 @@ static void client_down(struct conn *k, const char *why, int goodbye)
 	k->backoff = k->backoff < BACKOFF_MIN ? BACKOFF_MIN : k->backoff * 2;
 	if (k->backoff > BACKOFF_MAX)
 		k->backoff = BACKOFF_MAX;
-	k->retry_at = peer_now() + k->backoff;
+	k->retry_at = clock_now() + k->backoff;
 	list = k->pending;
 	k->pending = k->pending_tail = NULL;
 	k->npending = 0;
@@ -226,7 +227,7 @@ static void ask(struct peer *p, struct source_item *it, off_t off, size_t len, v
 		return;
 	}
 	XXH3_64bits_reset(&r->h);
-	double t = peer_now();
+	double t = clock_now();
 	pthread_mutex_lock(&k->lock);
 	if ((k->state == PS_DOWN && t < k->retry_at) || k->npending >= MAX_PENDING) {
 		pthread_mutex_unlock(&k->lock);
@@ -337,7 +338,7 @@ static int start_connect(struct peer *p, struct conn *k)
 	k->epout = 1;
 	int r = peer_obuf_queue(&k->out, &k->out_tail, hello, (size_t)n);
 	pthread_mutex_unlock(&k->lock);
-	k->hs_deadline = peer_now() + p->timeout;
+	k->hs_deadline = clock_now() + p->timeout;
 	set_state(p, (unsigned)k->rank, PS_CONNECTING);
 	return r;
 }

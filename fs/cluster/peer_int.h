@@ -29,6 +29,7 @@
 #include "owner.h"
 #include "peer.h"
 #include "proto.h"
+#include "worker.h"
 
 #define MAX_PENDING 256             /* requests in flight on one connection */
 /* Reply bytes a server holds, being made or queued unsent: per connection
@@ -105,8 +106,7 @@ struct peer {
 	int insecure;
 	double timeout;
 	int lfd, efd, epfd;
-	pthread_t th;
-	int started, stop;
+	struct worker w;            /* the peer thread (it sleeps in epoll_wait, kicked by efd) */
 	struct conn *out;           /* [n]: the connections we dial, by rank */
 	struct conn *servers;       /* accepted ones (peer thread) */
 	struct sockaddr_storage *addr;      /* [n]: resolved on first dial (peer thread) */
@@ -125,8 +125,6 @@ struct peer {
 
 /* ---- peer.c: helpers for both sides ------------------------------- */
 
-/* CLOCK_MONOTONIC in seconds. */
-double peer_now(void);
 /* Wakes the peer thread (it writes queues out, runs timeouts). Any thread. */
 void peer_wake(struct peer *p);
 /* Counts a fault of node RANK (-1: not known yet) in peer_errors. */

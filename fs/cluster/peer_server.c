@@ -35,6 +35,7 @@
 #define XXH_STATIC_LINKING_ONLY     /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
+#include "clock.h"
 #include "log.h"
 #include "peer_int.h"
 
@@ -418,7 +419,7 @@ void ps_accept(struct peer *p)
 		k->rank = -1;
 		pthread_mutex_init(&k->lock, NULL);
 		proto_dec_init(&k->dec, PROTO_SERVER);
-		k->hs_deadline = peer_now() + p->timeout;
+		k->hs_deadline = clock_now() + p->timeout;
 		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = k };
 		if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
 			close(fd);

@@ -16,14 +16,15 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cache.h"
+#include "clock.h"
 #include "core_int.h"
 #include "index.h"
 #include "log.h"
 #include "memwatch.h"
 #include "pressure.h"
+#include "worker.h"
 
 #define MIB (1ull << 20)
 #define GIVE_EVERY_S 2.0
@@ -181,20 +182,9 @@ struct pressure {
 	struct memwatch *mw;
 	struct pressure_policy pol;
 	uint64_t dataset;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	int stop;
-	pthread_t th;
-	struct pressure_stats st;   /* lock */
+	struct worker w;            /* the thread; its lock guards st */
+	struct pressure_stats st;   /* w.lock */
 };
-
-static double now_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
 
 static const char *state_name(enum pressure_state s)
 {
@@ -204,7 +194,7 @@ static const char *state_name(enum pressure_state s)
 static void tick(struct pressure *p)
 {
 	struct core *c = p->c;
-	struct pressure_in in = { .t = now_s(), .dataset_bytes = p->dataset };
+	struct pressure_in in = { .t = clock_now(), .dataset_bytes = p->dataset };
 	struct pressure_out out;
 	struct cache_stats cs = { 0 };
 	enum pressure_state was = p->pol.state;
@@ -261,7 +251,7 @@ static void tick(struct pressure *p)
 				 out.state == PRESSURE_CALM ? "admitting" : state_name(out.state),
 				 out.drop_copies ? "dropped once read" : "kept");
 	}
-	pthread_mutex_lock(&p->lock);
+	pthread_mutex_lock(&p->w.lock);
 	p->st.limit = in.mem.limit;
 	p->st.room = mem_room(&in.mem);
 	p->st.mapped = in.mem.mapped;
@@ -271,29 +261,21 @@ static void tick(struct pressure *p)
 	p->st.given_back += given;
 	if (was == PRESSURE_CALM && out.state != PRESSURE_CALM)
 		p->st.pauses++;
-	pthread_mutex_unlock(&p->lock);
+	pthread_mutex_unlock(&p->w.lock);
 }
 
 static void *pressure_main(void *arg)
 {
 	struct pressure *p = arg;
 
-	pthread_mutex_lock(&p->lock);
-	while (!p->stop) {
-		pthread_mutex_unlock(&p->lock);
+	pthread_mutex_lock(&p->w.lock);
+	while (worker_running(&p->w)) {
+		pthread_mutex_unlock(&p->w.lock);
 		tick(p);
-		pthread_mutex_lock(&p->lock);
-		struct timespec dl;
-		clock_gettime(CLOCK_MONOTONIC, &dl);
-		dl.tv_nsec += (long)(PRESSURE_PERIOD_S * 1e9);
-		while (dl.tv_nsec >= 1000000000) {
-			dl.tv_sec++;
-			dl.tv_nsec -= 1000000000;
-		}
-		if (!p->stop)
-			pthread_cond_timedwait(&p->cond, &p->lock, &dl);
+		pthread_mutex_lock(&p->w.lock);
+		worker_wait(&p->w, PRESSURE_PERIOD_S);
 	}
-	pthread_mutex_unlock(&p->lock);
+	pthread_mutex_unlock(&p->w.lock);
 	return NULL;
 }
 
@@ -301,54 +283,45 @@ int pressure_start(struct core *c, enum page_cache_mode mode, struct pressure **
 {
 	struct pressure *p = calloc(1, sizeof(*p));
 	struct index_totals t;
-	pthread_condattr_t ca;
 	int err;
 
 	if (!p)
 		return -ENOMEM;
-	if ((err = memwatch_open("", &p->mw)) < 0) {
-		free(p);
-		return err;
-	}
+	if ((err = memwatch_open("", &p->mw)) < 0)
+		goto out_free;
+	if ((err = worker_init(&p->w)) < 0)
+		goto out_close;
 	p->c = c;
 	index_totals(c->ix, &t);
 	p->dataset = t.bytes;
 	pressure_policy_init(&p->pol, mode);
-	pthread_mutex_init(&p->lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&p->cond, &ca);
-	pthread_condattr_destroy(&ca);
 	tick(p);                    /* the first decision before the first read */
-	if ((err = pthread_create(&p->th, NULL, pressure_main, p))) {
-		memwatch_close(p->mw);
-		pthread_mutex_destroy(&p->lock);
-		pthread_cond_destroy(&p->cond);
-		free(p);
-		return -err;
-	}
+	if ((err = worker_start(&p->w, 1, pressure_main, p)) < 0)
+		goto out_destroy;
 	*out = p;
 	return 0;
+out_destroy:
+	worker_destroy(&p->w);
+out_close:
+	memwatch_close(p->mw);
+out_free:
+	free(p);
+	return err;
 }
 
 void pressure_stop(struct pressure *p)
 {
 	if (!p)
 		return;
-	pthread_mutex_lock(&p->lock);
-	p->stop = 1;
-	pthread_cond_signal(&p->cond);
-	pthread_mutex_unlock(&p->lock);
-	pthread_join(p->th, NULL);
+	worker_stop(&p->w);
+	worker_destroy(&p->w);
 	memwatch_close(p->mw);
-	pthread_mutex_destroy(&p->lock);
-	pthread_cond_destroy(&p->cond);
 	free(p);
 }
 
 void pressure_get_stats(struct pressure *p, struct pressure_stats *s)
 {
-	pthread_mutex_lock(&p->lock);
+	pthread_mutex_lock(&p->w.lock);
 	*s = p->st;
-	pthread_mutex_unlock(&p->lock);
+	pthread_mutex_unlock(&p->w.lock);
 }

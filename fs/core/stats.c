@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "stats.h"
 
 static const struct {
@@ -26,18 +27,10 @@ static const struct {
 	[STAT_COPIES_DROPPED] = { "page_cache_drops", "Files whose copy in the kernel's page cache was dropped once read (memory too tight to keep the dataset there)" },
 };
 
-static double mono(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
-
 void stats_init(struct stats *s)
 {
 	memset(s, 0, sizeof(*s));
-	s->start = mono();
+	s->start = clock_now();
 }
 
 uint64_t stats_get(const struct stats *s, enum stat_id id)
@@ -47,7 +40,7 @@ uint64_t stats_get(const struct stats *s, enum stat_id id)
 
 double stats_uptime(const struct stats *s)
 {
-	return mono() - s->start;
+	return clock_now() - s->start;
 }
 
 int stats_samples(const struct stats *s, struct sample *out, int max)

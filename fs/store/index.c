@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "index.h"
 #include "log.h"
 #include "path.h"
@@ -61,7 +62,7 @@ struct index {
 	char *names;
 	size_t names_len;
 	struct index_totals totals;
-	struct timespec t0;         /* tick 0 of the entries' check stamps */
+	double t0;                  /* tick 0 of the entries' check stamps (clock_now_coarse) */
 	uint32_t max_age;           /* ticks a check stays valid (atomic) */
 	unsigned seq;               /* odd while a writer publishes */
 	pthread_mutex_t wlock;      /* serialises index_refresh() */
@@ -77,11 +78,7 @@ struct index {
  * its resolution (a jiffy) is finer than a tick. */
 static uint32_t ticks(const struct index *ix)
 {
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
-	return (uint32_t)((t.tv_sec - ix->t0.tv_sec) * TICKS_PER_S +
-			  (t.tv_nsec - ix->t0.tv_nsec) / (1000000000 / TICKS_PER_S));
+	return (uint32_t)((clock_now_coarse() - ix->t0) * TICKS_PER_S);
 }
 
 static int64_t ts_ns(const struct timespec *t)
@@ -260,17 +257,9 @@ static void *scan_worker(void *arg)
 	return NULL;
 }
 
-static double now_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
-
 static void scan_progress(struct scan *s, double t0, int final)
 {
-	double dt = now_s() - t0;
+	double dt = clock_now() - t0;
 	uint64_t n = __atomic_load_n(&s->files, __ATOMIC_RELAXED) +
 		     __atomic_load_n(&s->dirs, __ATOMIC_RELAXED);
 
@@ -376,7 +365,7 @@ int index_scan(int rootfd, const struct index_scan_opts *o, struct index **out)
 	pthread_t *tids;
 	unsigned nthr = o && o->threads ? o->threads : default_threads();
 	unsigned started = 0;
-	double t0 = now_s(), last = t0;
+	double t0 = clock_now(), last = t0;
 	int printed = 0, err;
 
 	if (fstat(rootfd, &rootst) < 0)
@@ -391,7 +380,7 @@ int index_scan(int rootfd, const struct index_scan_opts *o, struct index **out)
 		return -ENOMEM;
 	}
 	pthread_mutex_init(&s.lock, NULL);
-	pthread_cond_init(&s.cond, NULL);
+	clock_cond_init(&s.cond);
 	s.queue = root;
 	for (; started < nthr; started++)
 		if (pthread_create(&tids[started], NULL, scan_worker, &s))
@@ -405,15 +394,10 @@ int index_scan(int rootfd, const struct index_scan_opts *o, struct index **out)
 	while (!s.done) {
 		struct timespec dl;
 
-		clock_gettime(CLOCK_REALTIME, &dl);
-		dl.tv_nsec += 250000000;
-		if (dl.tv_nsec >= 1000000000) {
-			dl.tv_sec++;
-			dl.tv_nsec -= 1000000000;
-		}
+		clock_deadline(&dl, 0.25);
 		pthread_cond_timedwait(&s.cond, &s.lock, &dl);
-		if (o && o->progress && now_s() - t0 > 1.0 && now_s() - last > 0.5) {
-			last = now_s();
+		if (o && o->progress && clock_now() - t0 > 1.0 && clock_now() - last > 0.5) {
+			last = clock_now();
 			scan_progress(&s, t0, 0);
 			printed = 1;
 		}
@@ -431,7 +415,7 @@ int index_scan(int rootfd, const struct index_scan_opts *o, struct index **out)
 		goto out;
 	}
 	ix->rootfd = rootfd;
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ix->t0);
+	ix->t0 = clock_now_coarse();
 	ix->max_age = UINT32_MAX;
 	ix->n = (uint32_t)(s.entries + 1);
 	ix->names_len = s.names_len + 1;
@@ -449,7 +433,7 @@ int index_scan(int rootfd, const struct index_scan_opts *o, struct index **out)
 	ix->totals.symlinks = s.links;
 	ix->totals.skipped = s.skipped;
 	ix->totals.bytes = s.bytes;
-	ix->totals.scan_seconds = now_s() - t0;
+	ix->totals.scan_seconds = clock_now() - t0;
 	if (printed)
 		scan_progress(&s, t0, 1);
 out:

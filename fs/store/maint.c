@@ -5,25 +5,31 @@
  * then hashes rate/TICKS_PER_S bytes of ready items (cache_scrub keeps the
  * cursor). Between ticks it sleeps in poll() on the command pipe, so
  * commands and stop requests are seen at once.
+ *
+ * DESIGN: the thread is a struct worker (util/worker.h) that never sleeps
+ * in worker_wait(): its commands come from a signal handler, which may
+ * write to a pipe but not signal a condvar (pthread_cond_signal is not
+ * async-signal-safe). So it sleeps in poll() on the pipe, and the
+ * worker's stop kicks it by closing the pipe's write end (EOF).
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "log.h"
 #include "maint.h"
+#include "worker.h"
 
 #define TICKS_PER_S 10
 
 struct maint {
 	struct cache *cache;
 	struct maint_opts o;
-	int pipefd[2];              /* [0] read by the thread, [1] written by anyone */
-	pthread_t thread;
+	int pipefd[2];              /* [0] read by the thread, [1] written by anyone until the stop */
+	struct worker w;
 };
 
 static void tick(struct maint *m)
@@ -51,7 +57,7 @@ static void *maint_main(void *arg)
 	struct maint *m = arg;
 
 	tick(m);                    /* the first window is resident right after the mount */
-	for (;;) {
+	while (worker_running(&m->w)) {
 		struct pollfd p = { .fd = m->pipefd[0], .events = POLLIN };
 		int n = poll(&p, 1, 1000 / TICKS_PER_S);
 
@@ -69,6 +75,15 @@ static void *maint_main(void *arg)
 			return NULL;
 		tick(m);
 	}
+	return NULL;
+}
+
+/* The stop's kick: EOF on the pipe ends the thread's poll(). */
+static void close_commands(void *arg)
+{
+	struct maint *m = arg;
+
+	close(m->pipefd[1]);
 }
 
 int maint_start(struct cache *c, const struct maint_opts *o, struct maint **out)
@@ -82,27 +97,32 @@ int maint_start(struct cache *c, const struct maint_opts *o, struct maint **out)
 	m->o = *o;
 	if (pipe2(m->pipefd, O_CLOEXEC) < 0) {
 		err = -errno;
-		free(m);
-		return err;
+		goto out_free;
 	}
 	fcntl(m->pipefd[1], F_SETFL, O_NONBLOCK);   /* a signal handler must never block */
-	err = -pthread_create(&m->thread, NULL, maint_main, m);
-	if (err) {
-		close(m->pipefd[0]);
-		close(m->pipefd[1]);
-		free(m);
-		return err;
-	}
+	if ((err = worker_init(&m->w)) < 0)
+		goto out_close;
+	worker_set_kick(&m->w, close_commands, m);
+	if ((err = worker_start(&m->w, 1, maint_main, m)) < 0)
+		goto out_destroy;
 	*out = m;
 	return 0;
+out_destroy:
+	worker_destroy(&m->w);
+out_close:
+	close(m->pipefd[0]);
+	close(m->pipefd[1]);
+out_free:
+	free(m);
+	return err;
 }
 
 void maint_stop(struct maint *m)
 {
 	if (!m)
 		return;
-	close(m->pipefd[1]);
-	pthread_join(m->thread, NULL);
+	worker_stop(&m->w);         /* its kick closes the write end */
+	worker_destroy(&m->w);
 	close(m->pipefd[0]);
 	free(m);
 }

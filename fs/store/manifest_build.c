@@ -20,17 +20,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "index.h"
 #include "manifest_int.h"
 #include "path.h"
-
-static double now_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
 
 /* ---- build ---- */
 
@@ -195,7 +188,7 @@ out:
 
 static void build_progress(struct build *b, double t0, int final)
 {
-	double dt = now_s() - t0;
+	double dt = clock_now() - t0;
 	uint64_t bytes = __atomic_load_n(&b->done_bytes, __ATOMIC_RELAXED);
 
 	fprintf(stderr, "\repochfs-manifest: %llu/%llu files, %.0f/%.0f MB, %.0f MB/s%s",
@@ -210,7 +203,7 @@ static void build_progress(struct build *b, double t0, int final)
 static int hash_all(struct build *b, unsigned nthr, int progress, char *err, size_t errlen)
 {
 	pthread_t *tids = calloc(nthr, sizeof(*tids));
-	double t0 = now_s(), last = t0;
+	double t0 = clock_now(), last = t0;
 	unsigned started = 0;
 	int printed = 0, ret;
 
@@ -227,15 +220,10 @@ static int hash_all(struct build *b, unsigned nthr, int progress, char *err, siz
 	while (b->live) {
 		struct timespec dl;
 
-		clock_gettime(CLOCK_REALTIME, &dl);
-		dl.tv_nsec += 250000000;
-		if (dl.tv_nsec >= 1000000000) {
-			dl.tv_sec++;
-			dl.tv_nsec -= 1000000000;
-		}
+		clock_deadline(&dl, 0.25);
 		pthread_cond_timedwait(&b->cond, &b->lock, &dl);
-		if (progress && now_s() - t0 > 1.0 && now_s() - last >= 0.5) {
-			last = now_s();
+		if (progress && clock_now() - t0 > 1.0 && clock_now() - last >= 0.5) {
+			last = clock_now();
 			build_progress(b, t0, 0);
 			printed = 1;
 		}
@@ -438,12 +426,11 @@ int manifest_build(const char *source, const struct manifest_build_opts *o,
 		.source = source,
 		.chunk = o && o->chunk ? o->chunk : MANIFEST_DEFAULT_CHUNK,
 		.lock = PTHREAD_MUTEX_INITIALIZER,
-		.cond = PTHREAD_COND_INITIALIZER,
 	};
 	struct file_list l = { 0 };
 	struct manifest *m;
 	struct index *ix = NULL;
-	double t0 = now_s();
+	double t0 = clock_now();
 	int ret;
 
 	*out = NULL;
@@ -460,6 +447,7 @@ int manifest_build(const char *source, const struct manifest_build_opts *o,
 			 ret == -ENOTDIR ? "not a directory (give the dataset's root)" : strerror(-ret));
 		return ret;
 	}
+	clock_cond_init(&b.cond);   /* the progress line's waits are monotonic */
 	ret = index_scan(b.rootfd, &so, &ix);
 	if (ret < 0) {
 		snprintf(err, errlen, "%s: cannot scan: %s", source, strerror(-ret));
@@ -503,7 +491,7 @@ int manifest_build(const char *source, const struct manifest_build_opts *o,
 	if (st) {
 		st->files = m->nfiles;
 		st->bytes = m->bytes;
-		st->seconds = now_s() - t0;
+		st->seconds = clock_now() - t0;
 	}
 	*out = m;
 out:

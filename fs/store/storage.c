@@ -1,11 +1,12 @@
 /* storage.c - io_uring reader of SOURCE; see storage.h for the contract.
  *
- * DESIGN: one ring shared by all submitters (submission under sq_lock, a few
- * hundred nanoseconds) and one completion thread. The open is done inline by
- * the submitting thread: on a warm dentry cache openat2 costs about a
- * microsecond, and doing it inline keeps the confinement check
- * (RESOLVE_BENEATH) in one obvious place. The ring depth bounds the reads in
- * flight; a submitter waits for room rather than failing.
+ * DESIGN: one ring shared by all submitters and one completion thread
+ * (util/uring.h: submission under one lock, a few hundred nanoseconds; short
+ * reads carried on there). The open is done inline by the submitting thread:
+ * on a warm dentry cache openat2 costs about a microsecond, and doing it
+ * inline keeps the confinement check (RESOLVE_BENEATH) in one obvious place.
+ * The ring depth bounds the reads in flight; a submitter waits for room
+ * rather than failing.
  *
  * Fast path: a read is first tried inline with preadv2(RWF_NOWAIT), which
  * copies what the backing page cache already holds and never blocks; only a
@@ -19,7 +20,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <liburing.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,15 +32,15 @@
 #include "source.h"
 #include "storage.h"
 #include "syncwait.h"
+#include "uring.h"
 
+/* A read on the ring. u.rw_flags has RWF_DONTCACHE when it reads uncached:
+ * it leaves nothing to drop. */
 struct sreq {
-	int fd;
+	struct uring_req u;         /* first: the ring hands it back */
+	struct storage *st;
 	int own_buf;
 	int has_expect;
-	int dontcache;              /* read with RWF_DONTCACHE: nothing left to drop */
-	void *buf;
-	size_t len, got;
-	off_t off;
 	struct index_version expect;
 	storage_done_fn done;
 	void *arg;
@@ -48,12 +48,7 @@ struct sreq {
 
 struct storage {
 	int rootfd;
-	unsigned depth;
-	struct io_uring ring;
-	pthread_mutex_t sq_lock;    /* guards ring submission and the fields below */
-	pthread_cond_t room;
-	unsigned inflight;          /* sq_lock */
-	pthread_t cq_thread;
+	struct uring *ring;
 	struct storage_stats stats; /* atomics */
 	int drop_source_cache;      /* atomic */
 	int dontcache_ok;           /* atomic: SOURCE's file system takes RWF_DONTCACHE */
@@ -62,20 +57,6 @@ struct storage {
 #ifndef RWF_DONTCACHE
 #define RWF_DONTCACHE 0x00000080    /* Linux 6.14: uncached buffered read */
 #endif
-
-static void queue_locked(struct storage *st, struct sreq *r)
-{
-	struct io_uring_sqe *sqe;
-
-	/* inflight < depth guarantees a free SQ slot. */
-	sqe = io_uring_get_sqe(&st->ring);
-	io_uring_prep_read(sqe, r->fd, (char *)r->buf + r->got, (unsigned)(r->len - r->got),
-			   (uint64_t)(r->off + (off_t)r->got));
-	if (r->dontcache)
-		sqe->rw_flags = RWF_DONTCACHE;
-	io_uring_sqe_set_data(sqe, r);
-	io_uring_submit(&st->ring);
-}
 
 static int check_version(int fd, const struct index_version *expect)
 {
@@ -118,60 +99,26 @@ static ssize_t conclude(struct storage *st, int fd, off_t off, const struct inde
 	return res;
 }
 
-static void finish(struct storage *st, struct sreq *r, ssize_t res)
+/* The end of a ring read, on the completion thread (uring.h). */
+static int ring_done(struct uring_req *u, ssize_t res)
 {
-	res = conclude(st, r->fd, r->off, r->has_expect ? &r->expect : NULL, res, r->dontcache);
-	r->done(r->arg, res, r->buf);
-	if (r->own_buf)
-		free(r->buf);
-	free(r);
+	struct sreq *r = (struct sreq *)u;
+	struct storage *st = r->st;
+	int dontcache = (u->rw_flags & RWF_DONTCACHE) != 0;
 
-	pthread_mutex_lock(&st->sq_lock);
-	st->inflight--;
-	pthread_cond_broadcast(&st->room);
-	pthread_mutex_unlock(&st->sq_lock);
-}
-
-static void *cq_main(void *arg)
-{
-	struct storage *st = arg;
-
-	for (;;) {
-		struct io_uring_cqe *cqe;
-		struct sreq *r;
-		int res;
-
-		if (io_uring_wait_cqe(&st->ring, &cqe) < 0)
-			continue;           /* -EINTR */
-		r = io_uring_cqe_get_data(cqe);
-		res = cqe->res;
-		io_uring_cqe_seen(&st->ring, cqe);
-		if (!r)
-			break;              /* the stop sentinel from storage_free() */
-		if (res == -EOPNOTSUPP && r->dontcache) {
-			/* SOURCE's file system has no uncached reads: fall back
-			 * to fadvise from now on, and read this one again. */
-			__atomic_store_n(&st->dontcache_ok, 0, __ATOMIC_RELAXED);
-			r->dontcache = 0;
-			pthread_mutex_lock(&st->sq_lock);
-			queue_locked(st, r);
-			pthread_mutex_unlock(&st->sq_lock);
-			continue;
-		}
-		if (res == -EAGAIN || res == -EINTR || (res > 0 && r->got + (size_t)res < r->len)) {
-			if (res > 0)
-				r->got += (size_t)res;
-			pthread_mutex_lock(&st->sq_lock);
-			queue_locked(st, r);
-			pthread_mutex_unlock(&st->sq_lock);
-			continue;
-		}
-		if (res < 0)
-			finish(st, r, res);
-		else
-			finish(st, r, (ssize_t)(r->got + (size_t)res));
+	if (res == -EOPNOTSUPP && dontcache) {
+		/* SOURCE's file system has no uncached reads: fall back to
+		 * fadvise from now on, and read this one again. */
+		__atomic_store_n(&st->dontcache_ok, 0, __ATOMIC_RELAXED);
+		u->rw_flags = 0;
+		return 1;
 	}
-	return NULL;
+	res = conclude(st, u->fd, u->off, r->has_expect ? &r->expect : NULL, res, dontcache);
+	r->done(r->arg, res, u->buf);
+	if (r->own_buf)
+		free(u->buf);
+	free(r);
+	return 0;
 }
 
 int storage_new(int rootfd, unsigned depth, struct storage **out)
@@ -183,18 +130,8 @@ int storage_new(int rootfd, unsigned depth, struct storage **out)
 	if (!st)
 		return -ENOMEM;
 	st->rootfd = rootfd;
-	st->depth = depth ? depth : 256;
 	st->dontcache_ok = 1;
-	err = io_uring_queue_init(st->depth, &st->ring, 0);
-	if (err < 0) {
-		free(st);
-		return err;
-	}
-	pthread_mutex_init(&st->sq_lock, NULL);
-	pthread_cond_init(&st->room, NULL);
-	err = -pthread_create(&st->cq_thread, NULL, cq_main, st);
-	if (err) {
-		io_uring_queue_exit(&st->ring);
+	if ((err = uring_new(depth ? depth : 256, &st->ring)) < 0) {
 		free(st);
 		return err;
 	}
@@ -204,22 +141,9 @@ int storage_new(int rootfd, unsigned depth, struct storage **out)
 
 void storage_free(struct storage *st)
 {
-	struct io_uring_sqe *sqe;
-
 	if (!st)
 		return;
-	pthread_mutex_lock(&st->sq_lock);
-	while (st->inflight)
-		pthread_cond_wait(&st->room, &st->sq_lock);
-	sqe = io_uring_get_sqe(&st->ring);
-	io_uring_prep_nop(sqe);
-	io_uring_sqe_set_data(sqe, NULL);
-	io_uring_submit(&st->ring);
-	pthread_mutex_unlock(&st->sq_lock);
-	pthread_join(st->cq_thread, NULL);
-	io_uring_queue_exit(&st->ring);
-	pthread_mutex_destroy(&st->sq_lock);
-	pthread_cond_destroy(&st->room);
+	uring_free(st->ring);       /* waits for every read queued */
 	free(st);
 }
 
@@ -278,23 +202,16 @@ void storage_read(struct storage *st, const char *rel, const struct index_versio
 		done(arg, -ENOMEM, NULL);
 		return;
 	}
-	r->fd = fd;
-	r->buf = buf;
-	r->len = len;
-	r->off = off;
+	r->u = (struct uring_req){ .fd = fd, .buf = buf, .len = len, .off = off,
+				   .rw_flags = dontcache ? RWF_DONTCACHE : 0, .done = ring_done };
+	r->st = st;
 	r->done = done;
 	r->arg = arg;
 	if (expect) {
 		r->expect = *expect;
 		r->has_expect = 1;
 	}
-	r->dontcache = dontcache;
-	pthread_mutex_lock(&st->sq_lock);
-	while (st->inflight >= st->depth)
-		pthread_cond_wait(&st->room, &st->sq_lock);
-	st->inflight++;
-	queue_locked(st, r);
-	pthread_mutex_unlock(&st->sq_lock);
+	uring_read(st->ring, &r->u);
 }
 
 /* One buffer per calling thread for the fast path, grown on demand: the

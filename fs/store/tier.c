@@ -1,85 +1,41 @@
-/* tier.c - the SSD tier; see tier.h for the contract.
+/* tier.c - the SSD tier: its table, adoption, reads and set-up; see tier.h
+ * for the contract. Admission, space and the writer are tier_write.c's
+ * (tier_int.h holds what the two share).
  *
  * DESIGN
  * - Table: open addressing over struct titem (by value), sized for twice
  *   max_items, under one mutex. An entry is never removed: a dropped or
  *   stale one is DEAD and a new claim of its key takes the slot again.
- * - Space: per directory, a bump pointer on 4 KiB boundaries up to its
- *   budget. Every 64 MiB the pointer crosses, the filesystem's free space
- *   is checked against the floor. Space of a dead item is not reused (the
- *   next mount does not move items on disk either; it shows in `used`).
- * - Reads: one io_uring (depth 64) and a completion thread. The buffer is
- *   the item rounded up to 4 KiB, aligned, read whole so its xxh3 can be
- *   checked; the request's bytes are then copied out or handed over.
- * - Writes: claims filled by readers queue to the writer thread, bounded
- *   (WRITE_QUEUE_MAX bytes: past it a claim is refused, so a slow disk
- *   never holds readers up or memory unbounded). The writer hashes, writes
- *   (pwrite, O_DIRECT where taken), then publishes READY and records.
- * - Health: once a second the writer stats each directory; one that is
- *   gone or replaced, or whose write failed, admits nothing more.
+ * - Reads: one io_uring (depth 64) and its completion thread (util/uring.h).
+ *   The buffer is the item rounded up to 4 KiB, aligned, read whole so its
+ *   xxh3 can be checked (the ring's MIN is the item: its padding may be past
+ *   the arena's end); the request's bytes are then copied out or handed over.
+ * - Recent items: the last RECENT items read stay in memory, so the rest of
+ *   a file the kernel asks for in several requests is not read again.
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <liburing.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <time.h>
 #include <unistd.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include "log.h"
-#include "tier.h"
+#include "tier_int.h"
 #include "trust.h"
+#include "uring.h"
 
-#define ALIGN 4096ull
-#define FLOOR_STEP (64ull << 20)        /* space checked against the floor this often */
-#define WRITE_QUEUE_MAX (64ull << 20)   /* bytes claimed and not written yet, at most */
 #define RING_DEPTH 64u
-#define RECENT 8                        /* items kept after their read, for the rest of a file */
 
-enum { T_FREE = 0, T_WRITING, T_READY, T_DEAD };
-
-struct titem {
-	uint64_t key;
-	struct index_version v;
-	uint64_t off;
-	uint64_t xxh;
-	uint32_t len;
-	uint8_t dir;
-	uint8_t state;
-};
-
-struct tdir {
-	char *path;
-	struct persist *p;
-	int fd;
-	int direct;
-	dev_t dev;
-	ino_t ino;
-	uint64_t size;              /* budget */
-	uint64_t used;              /* bump pointer (table lock) */
-	uint64_t checked;           /* used at the last floor check */
-	uint64_t floor;             /* bytes its filesystem keeps free */
-	int down;                   /* atomic: admits nothing (vanished, failed write, floor) */
-};
-
-struct tier_claim {
-	struct tier *t;
-	uint64_t slot;
-	struct tdir *d;
-	uint64_t off;
-	size_t len;
-	void *buf;
-	struct tier_claim *next;    /* the write queue */
-};
-
+/* A read of one item on the ring, for one request. */
 struct tread {
+	struct uring_req u;         /* first (the ring hands it back): the item, read whole into u.buf */
 	struct tier *t;
 	uint64_t slot;
 	struct titem it;            /* what was looked up */
@@ -87,78 +43,19 @@ struct tread {
 	off_t off;                  /* the request */
 	size_t len;
 	void *buf;                  /* the caller's, or NULL */
-	void *tb;                   /* the item, read whole */
-	size_t got, want;
 	source_done_fn done;
 	void *arg;
 };
 
-/* An item just read and checked, kept for the next requests of the same
- * file: the kernel asks for a file larger than its request size (128 KiB
- * here) in several requests, and each would read the whole item again. */
-struct recent {
-	uint64_t key, off;
-	uint8_t dir;
-	uint32_t len;
-	void *buf;                  /* NULL: empty */
-	uint64_t used;              /* the clock of its last use */
-};
+/* ---- the table ---- */
 
-struct tier {
-	struct tdir dirs[TIER_MAX_DIRS];
-	pthread_mutex_t recent_lock;
-	struct recent recent[RECENT];
-	uint64_t clock;
-	unsigned ndirs;
-	uint32_t chunk;
-	pthread_mutex_t lock;       /* the table, the bump pointers */
-	struct titem *slots;
-	uint64_t mask;
-	unsigned next_dir;          /* round-robin over directories with room */
-	struct io_uring ring;
-	pthread_mutex_t sq_lock;
-	pthread_cond_t sq_room;
-	unsigned inflight;
-	pthread_t cq_thread;
-	pthread_mutex_t wq_lock;    /* the write queue */
-	pthread_cond_t wq_cond, wq_idle;
-	struct tier_claim *wq_head, *wq_tail;
-	uint64_t wq_bytes;
-	int writing;                /* the writer holds a claim */
-	int stop;
-	pthread_t writer;
-	struct tier_stats st;       /* atomic counters */
-};
-
-#define INC(x, n) __atomic_add_fetch(&(x), (n), __ATOMIC_RELAXED)
-
-static uint64_t key_of(uint32_t id, uint32_t chunk)
-{
-	return (uint64_t)id << 32 | chunk;
-}
-
-/* The slot of KEY, or the free slot where it would go. Table lock held. */
-static uint64_t find(struct tier *t, uint64_t key)
+uint64_t tier_slot(struct tier *t, uint64_t key)
 {
 	uint64_t i = XXH3_64bits(&key, sizeof(key)) & t->mask;
 
 	while (t->slots[i].state != T_FREE && t->slots[i].key != key)
 		i = (i + 1) & t->mask;
 	return i;
-}
-
-static uint64_t round_up(uint64_t n)
-{
-	return (n + ALIGN - 1) & ~(ALIGN - 1);
-}
-
-static void dir_down(struct tier *t, struct tdir *d, const char *why)
-{
-	if (!__atomic_exchange_n(&d->down, 1, __ATOMIC_RELAXED)) {
-		INC(t->st.dirs_down, 1);
-		log_warn("SSD tier %s: %s; it admits nothing more (its items are still read while their "
-			 "reads succeed)", d->path, why);
-	}
 }
 
 /* ---- adoption ---- */
@@ -173,13 +70,13 @@ static int adopt_item(void *arg, uint32_t id, uint32_t chunk, const struct index
 {
 	struct adopt_arg *a = arg;
 	struct tier *t = a->t;
-	uint64_t key = key_of(id, chunk);
+	uint64_t key = tier_key(id, chunk);
 	int ret = 0;
 
 	if (off % ALIGN || len > UINT32_MAX)
 		return -ERANGE;
 	pthread_mutex_lock(&t->lock);
-	uint64_t i = find(t, key);
+	uint64_t i = tier_slot(t, key);
 	if (t->slots[i].state == T_READY) {
 		ret = -EEXIST;      /* another directory has it */
 	} else {
@@ -212,8 +109,8 @@ static void keep_recent(struct tier *t, struct tread *r)
 	}
 	free(victim->buf);
 	*victim = (struct recent){ .key = r->it.key, .off = r->it.off, .dir = r->it.dir, .len = r->it.len,
-				   .buf = r->tb, .used = ++t->clock };
-	r->tb = NULL;
+				   .buf = r->u.buf, .used = ++t->clock };
+	r->u.buf = NULL;
 	pthread_mutex_unlock(&t->recent_lock);
 }
 
@@ -261,20 +158,16 @@ static void tread_end(struct tread *r, ssize_t res)
 		INC(t->st.hits, 1);
 		INC(t->st.hit_bytes, n);
 		if (r->buf) {
-			memcpy(r->buf, (char *)r->tb + skip, n);
+			memcpy(r->buf, (char *)r->u.buf + skip, n);
 			r->done(r->arg, (ssize_t)n, r->buf);
 		} else {
-			r->done(r->arg, (ssize_t)n, (char *)r->tb + skip);
+			r->done(r->arg, (ssize_t)n, (char *)r->u.buf + skip);
 		}
 		if (r->it.len > r->len)
 			keep_recent(t, r);  /* the rest of the item is likely asked next */
 	}
-	free(r->tb);
+	free(r->u.buf);
 	free(r);
-	pthread_mutex_lock(&t->sq_lock);
-	t->inflight--;
-	pthread_cond_broadcast(&t->sq_room);
-	pthread_mutex_unlock(&t->sq_lock);
 }
 
 /* Drops the item R read (unless it changed meanwhile). */
@@ -292,67 +185,40 @@ static void drop_read(struct tread *r)
 	forget_recent(t, r->it.key);
 }
 
-static void submit_locked(struct tier *t, struct tread *r)
+/* The end of a ring read (RES: the bytes read, or -errno), on the ring's
+ * completion thread: checks the item and answers. */
+static int ring_done(struct uring_req *u, ssize_t res)
 {
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&t->ring);
+	struct tread *r = (struct tread *)u;
+	struct tier *t = r->t;
 
-	io_uring_prep_read(sqe, t->dirs[r->it.dir].fd, (char *)r->tb + r->got, (unsigned)(r->want - r->got),
-			   r->it.off + r->got);
-	io_uring_sqe_set_data(sqe, r);
-	io_uring_submit(&t->ring);
-}
-
-static void *cq_main(void *arg)
-{
-	struct tier *t = arg;
-
-	for (;;) {
-		struct io_uring_cqe *cqe;
-		if (io_uring_wait_cqe(&t->ring, &cqe) < 0)
-			continue;
-		struct tread *r = io_uring_cqe_get_data(cqe);
-		int res = cqe->res;
-		io_uring_cqe_seen(&t->ring, cqe);
-		if (!r)
-			break;
-		if (res == -EAGAIN || res == -EINTR || (res > 0 && r->got + (size_t)res < r->it.len)) {
-			if (res > 0)
-				r->got += (size_t)res;
-			pthread_mutex_lock(&t->sq_lock);
-			submit_locked(t, r);
-			pthread_mutex_unlock(&t->sq_lock);
-			continue;
-		}
-		if (res > 0)
-			r->got += (size_t)res;
-		if (res < 0 || r->got < r->it.len) {
-			INC(t->st.read_errors, 1);
-			log_warn("SSD tier %s: a read failed (%s); the item is dropped, read from the next source",
-				 t->dirs[r->it.dir].path, res < 0 ? strerror(-res) : "short");
-			drop_read(r);
-			tread_end(r, -EIO);
-		} else if (XXH3_64bits(r->tb, r->it.len) != r->it.xxh) {
-			INC(t->st.corrupt, 1);
-			log_warn("SSD tier %s: an item failed its checksum; dropped, read from the next source",
-				 t->dirs[r->it.dir].path);
-			drop_read(r);
-			tread_end(r, -EBADMSG);
-		} else {
-			tread_end(r, 0);
-		}
+	if (res < 0 || (size_t)res < r->it.len) {
+		INC(t->st.read_errors, 1);
+		log_warn("SSD tier %s: a read failed (%s); the item is dropped, read from the next source",
+			 t->dirs[r->it.dir].path, res < 0 ? strerror((int)-res) : "short");
+		drop_read(r);
+		tread_end(r, -EIO);
+	} else if (XXH3_64bits(r->u.buf, r->it.len) != r->it.xxh) {
+		INC(t->st.corrupt, 1);
+		log_warn("SSD tier %s: an item failed its checksum; dropped, read from the next source",
+			 t->dirs[r->it.dir].path);
+		drop_read(r);
+		tread_end(r, -EBADMSG);
+	} else {
+		tread_end(r, 0);
 	}
-	return NULL;
+	return 0;
 }
 
 void tier_read(void *ctx, struct source_item *it, off_t off, size_t len, void *buf, source_done_fn done,
 	       void *arg)
 {
 	struct tier *t = ctx;
-	uint64_t key = key_of(it->id, it->chunk);
+	uint64_t key = tier_key(it->id, it->chunk);
 	struct tread *r;
 
 	pthread_mutex_lock(&t->lock);
-	uint64_t i = find(t, key);
+	uint64_t i = tier_slot(t, key);
 	struct titem s = t->slots[i];
 	if (s.state == T_READY && !index_version_eq(&s.v, &it->v)) {
 		t->slots[i].state = T_DEAD;         /* the file changed: never served */
@@ -385,242 +251,24 @@ void tier_read(void *ctx, struct source_item *it, off_t off, size_t len, void *b
 		return;
 	}
 	*r = (struct tread){ .t = t, .slot = i, .it = s, .item_off = (off_t)it->chunk * t->chunk, .off = off,
-			     .len = len, .buf = buf, .want = round_up(s.len), .done = done, .arg = arg };
-	if (posix_memalign(&r->tb, ALIGN, r->want)) {
+			     .len = len, .buf = buf, .done = done, .arg = arg };
+	r->u = (struct uring_req){ .fd = t->dirs[s.dir].fd, .len = tier_round_up(s.len), .min = s.len,
+				   .off = (off_t)s.off, .done = ring_done };
+	if (posix_memalign(&r->u.buf, ALIGN, r->u.len)) {
 		free(r);
 		done(arg, -EAGAIN, NULL);
 		return;
 	}
-	pthread_mutex_lock(&t->sq_lock);
-	while (t->inflight >= RING_DEPTH)
-		pthread_cond_wait(&t->sq_room, &t->sq_lock);
-	t->inflight++;
-	submit_locked(t, r);
-	pthread_mutex_unlock(&t->sq_lock);
+	uring_read(t->ring, &r->u);
 }
 
 int tier_holds(struct tier *t, uint32_t id, uint32_t chunk, const struct index_version *v)
 {
 	pthread_mutex_lock(&t->lock);
-	struct titem *s = &t->slots[find(t, key_of(id, chunk))];
+	struct titem *s = &t->slots[tier_slot(t, tier_key(id, chunk))];
 	int yes = s->state == T_READY && index_version_eq(&s->v, v);
 	pthread_mutex_unlock(&t->lock);
 	return yes;
-}
-
-/* ---- admission and writes ---- */
-
-/* Whether D's filesystem keeps its floor with STEP more bytes. */
-static int above_floor(struct tdir *d, uint64_t step)
-{
-	struct statvfs sv;
-
-	if (fstatvfs(d->fd, &sv) < 0)
-		return 0;
-	return (uint64_t)sv.f_bavail * sv.f_frsize >= d->floor + step;
-}
-
-struct tier_claim *tier_claim(struct tier *t, uint32_t id, uint32_t chunk, const struct index_version *v,
-			      size_t len, void **buf, int *held_out)
-{
-	uint64_t key = key_of(id, chunk), need = round_up(len);
-	struct tier_claim *cl = NULL;
-	struct tdir *d = NULL;
-	int held = 0;
-
-	if (!len || len > UINT32_MAX)
-		return NULL;
-	pthread_mutex_lock(&t->wq_lock);
-	int busy = t->wq_bytes + need > WRITE_QUEUE_MAX;
-	if (!busy)
-		t->wq_bytes += need;        /* given back if no claim is made */
-	pthread_mutex_unlock(&t->wq_lock);
-	if (busy) {
-		INC(t->st.full, 1);
-		return NULL;
-	}
-	pthread_mutex_lock(&t->lock);
-	uint64_t i = find(t, key);
-	struct titem *s = &t->slots[i];
-	if (s->state == T_WRITING || (s->state == T_READY && index_version_eq(&s->v, v))) {
-		held = 1;
-		goto out;
-	}
-	for (unsigned k = 0; k < t->ndirs; k++) {
-		struct tdir *c = &t->dirs[(t->next_dir + k) % t->ndirs];
-		if (__atomic_load_n(&c->down, __ATOMIC_RELAXED) || c->used + need > c->size)
-			continue;
-		if (c->used + need > c->checked + FLOOR_STEP || c->used == 0) {
-			uint64_t step = c->size - c->used < FLOOR_STEP ? c->size - c->used : FLOOR_STEP;
-			if (!above_floor(c, step)) {
-				dir_down(t, c, "its filesystem reached the free-space floor");
-				continue;
-			}
-			c->checked = c->used;
-		}
-		d = c;
-		t->next_dir = (t->next_dir + k + 1) % t->ndirs;
-		break;
-	}
-	if (!d)
-		goto out;
-	cl = calloc(1, sizeof(*cl));
-	if (!cl || posix_memalign(&cl->buf, ALIGN, need)) {
-		free(cl);
-		cl = NULL;
-		goto out;
-	}
-	if (s->state == T_READY)
-		__atomic_sub_fetch(&t->st.items, 1, __ATOMIC_RELAXED);      /* a stale one replaced */
-	*s = (struct titem){ .key = key, .v = *v, .off = d->used, .len = (uint32_t)len,
-			     .dir = (uint8_t)(d - t->dirs), .state = T_WRITING };
-	cl->t = t;
-	cl->slot = i;
-	cl->d = d;
-	cl->off = d->used;
-	cl->len = len;
-	d->used += need;
-	*buf = cl->buf;
-out:
-	pthread_mutex_unlock(&t->lock);
-	if (!cl) {
-		pthread_mutex_lock(&t->wq_lock);
-		t->wq_bytes -= need;
-		pthread_mutex_unlock(&t->wq_lock);
-		if (!d && !held)
-			INC(t->st.full, 1);
-	}
-	if (held_out)
-		*held_out = held;
-	return cl;
-}
-
-static void claim_end(struct tier *t, struct tier_claim *cl, int state)
-{
-	pthread_mutex_lock(&t->lock);
-	t->slots[cl->slot].state = (uint8_t)state;
-	if (state == T_READY)
-		INC(t->st.items, 1);
-	pthread_mutex_unlock(&t->lock);
-	pthread_mutex_lock(&t->wq_lock);
-	t->wq_bytes -= round_up(cl->len);
-	pthread_mutex_unlock(&t->wq_lock);
-	free(cl->buf);
-	free(cl);
-}
-
-void tier_fill(struct tier *t, struct tier_claim *cl, int ok)
-{
-	if (!ok) {
-		claim_end(t, cl, T_DEAD);
-		return;
-	}
-	pthread_mutex_lock(&t->wq_lock);
-	if (t->wq_tail)
-		t->wq_tail->next = cl;
-	else
-		t->wq_head = cl;
-	t->wq_tail = cl;
-	pthread_cond_signal(&t->wq_cond);
-	pthread_mutex_unlock(&t->wq_lock);
-}
-
-static void write_one(struct tier *t, struct tier_claim *cl)
-{
-	struct tdir *d = cl->d;
-	size_t want = round_up(cl->len), done = 0;
-	uint64_t xxh = XXH3_64bits(cl->buf, cl->len);
-
-	memset((char *)cl->buf + cl->len, 0, want - cl->len);
-	while (done < want) {
-		ssize_t n = pwrite(d->fd, (char *)cl->buf + done, want - done, (off_t)(cl->off + done));
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			int e = n < 0 ? errno : EIO;
-			INC(t->st.write_errors, 1);
-			dir_down(t, d, e == EROFS ? "its filesystem turned read-only" : e == ENOSPC ? "its disk is full"
-				 : "a write failed");
-			claim_end(t, cl, T_DEAD);
-			return;
-		}
-		done += (size_t)n;
-	}
-	pthread_mutex_lock(&t->lock);
-	t->slots[cl->slot].xxh = xxh;
-	pthread_mutex_unlock(&t->lock);
-	INC(t->st.admitted, 1);
-	INC(t->st.admitted_bytes, cl->len);
-	if (d->p) {
-		struct titem s;
-		pthread_mutex_lock(&t->lock);
-		s = t->slots[cl->slot];
-		pthread_mutex_unlock(&t->lock);
-		persist_record(d->p, (uint32_t)(s.key >> 32), (uint32_t)s.key, &s.v, cl->off, cl->len, xxh);
-	}
-	claim_end(t, cl, T_READY);
-}
-
-/* Whether D's directory is still the one opened. */
-static void check_dir(struct tier *t, struct tdir *d)
-{
-	struct stat sb;
-
-	if (__atomic_load_n(&d->down, __ATOMIC_RELAXED))
-		return;
-	if (stat(d->path, &sb) < 0 || sb.st_dev != d->dev || sb.st_ino != d->ino)
-		dir_down(t, d, "its directory vanished or was replaced");
-}
-
-static void *writer_main(void *arg)
-{
-	struct tier *t = arg;
-	time_t last = 0;
-
-	pthread_mutex_lock(&t->wq_lock);
-	for (;;) {
-		while (!t->wq_head && !t->stop) {
-			struct timespec ts;
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_sec += 1;
-			pthread_cond_timedwait(&t->wq_cond, &t->wq_lock, &ts);
-			if (time(NULL) != last)
-				break;
-		}
-		if (time(NULL) != last) {
-			last = time(NULL);
-			pthread_mutex_unlock(&t->wq_lock);
-			for (unsigned k = 0; k < t->ndirs; k++)
-				check_dir(t, &t->dirs[k]);
-			pthread_mutex_lock(&t->wq_lock);
-		}
-		if (!t->wq_head) {
-			if (t->stop)
-				break;
-			continue;
-		}
-		struct tier_claim *cl = t->wq_head;
-		t->wq_head = cl->next;
-		if (!t->wq_head)
-			t->wq_tail = NULL;
-		t->writing = 1;
-		pthread_mutex_unlock(&t->wq_lock);
-		write_one(t, cl);
-		pthread_mutex_lock(&t->wq_lock);
-		t->writing = 0;
-		if (!t->wq_head)
-			pthread_cond_broadcast(&t->wq_idle);
-	}
-	pthread_mutex_unlock(&t->wq_lock);
-	return NULL;
-}
-
-void tier_sync(struct tier *t)
-{
-	pthread_mutex_lock(&t->wq_lock);
-	while (t->wq_head || t->writing)
-		pthread_cond_wait(&t->wq_idle, &t->wq_lock);
-	pthread_mutex_unlock(&t->wq_lock);
 }
 
 /* ---- set-up ---- */
@@ -708,7 +356,7 @@ static int open_dir(struct tier *t, const struct tier_opts *o, unsigned k, persi
 	}
 	if (persist_capacity(d->p) > d->size)
 		d->size = persist_capacity(d->p);
-	d->used = round_up(used);
+	d->used = tier_round_up(used);
 	d->checked = d->used;
 	return 0;
 }
@@ -734,11 +382,6 @@ int tier_open(const struct tier_opts *o, persist_resolve_fn resolve, persist_pat
 	t->slots = calloc(nslots, sizeof(*t->slots));
 	pthread_mutex_init(&t->lock, NULL);
 	pthread_mutex_init(&t->recent_lock, NULL);
-	pthread_mutex_init(&t->sq_lock, NULL);
-	pthread_cond_init(&t->sq_room, NULL);
-	pthread_mutex_init(&t->wq_lock, NULL);
-	pthread_cond_init(&t->wq_cond, NULL);
-	pthread_cond_init(&t->wq_idle, NULL);
 	if (!t->slots) {
 		free(t);
 		return -ENOMEM;
@@ -748,21 +391,12 @@ int tier_open(const struct tier_opts *o, persist_resolve_fn resolve, persist_pat
 		if ((e = open_dir(t, o, k, resolve, path, arg, err, errlen)) < 0)
 			goto fail;
 	}
-	if ((e = io_uring_queue_init(RING_DEPTH, &t->ring, 0)) < 0) {
+	if ((e = uring_new(RING_DEPTH, &t->ring)) < 0) {
 		snprintf(err, errlen, "SSD tier: io_uring: %s", strerror(-e));
 		goto fail;
 	}
-	if ((e = -pthread_create(&t->cq_thread, NULL, cq_main, t))) {
-		io_uring_queue_exit(&t->ring);
-		goto fail;
-	}
-	if ((e = -pthread_create(&t->writer, NULL, writer_main, t))) {
-		struct io_uring_sqe *sqe = io_uring_get_sqe(&t->ring);
-		io_uring_prep_nop(sqe);
-		io_uring_sqe_set_data(sqe, NULL);
-		io_uring_submit(&t->ring);
-		pthread_join(t->cq_thread, NULL);
-		io_uring_queue_exit(&t->ring);
+	if ((e = tier_writer_start(t)) < 0) {
+		uring_free(t->ring);
 		goto fail;
 	}
 	t->st.dirs = t->ndirs;
@@ -795,21 +429,8 @@ void tier_free(struct tier *t)
 {
 	if (!t)
 		return;
-	pthread_mutex_lock(&t->wq_lock);
-	t->stop = 1;
-	pthread_cond_signal(&t->wq_cond);
-	pthread_mutex_unlock(&t->wq_lock);
-	pthread_join(t->writer, NULL);      /* it drains the queue first */
-	pthread_mutex_lock(&t->sq_lock);
-	while (t->inflight)
-		pthread_cond_wait(&t->sq_room, &t->sq_lock);
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&t->ring);
-	io_uring_prep_nop(sqe);
-	io_uring_sqe_set_data(sqe, NULL);
-	io_uring_submit(&t->ring);
-	pthread_mutex_unlock(&t->sq_lock);
-	pthread_join(t->cq_thread, NULL);
-	io_uring_queue_exit(&t->ring);
+	tier_writer_stop(t);        /* it writes what is queued first */
+	uring_free(t->ring);        /* and the reads in flight end */
 	for (unsigned k = 0; k < t->ndirs; k++) {
 		close(t->dirs[k].fd);
 		persist_close(t->dirs[k].p);
@@ -819,27 +440,8 @@ void tier_free(struct tier *t)
 		free(t->recent[i].buf);
 	pthread_mutex_destroy(&t->lock);
 	pthread_mutex_destroy(&t->recent_lock);
-	pthread_mutex_destroy(&t->sq_lock);
-	pthread_cond_destroy(&t->sq_room);
-	pthread_mutex_destroy(&t->wq_lock);
-	pthread_cond_destroy(&t->wq_cond);
-	pthread_cond_destroy(&t->wq_idle);
 	free(t->slots);
 	free(t);
-}
-
-int tier_is_full(struct tier *t)
-{
-	int full = 1;
-
-	pthread_mutex_lock(&t->lock);
-	for (unsigned k = 0; k < t->ndirs; k++) {
-		struct tdir *d = &t->dirs[k];
-		if (!__atomic_load_n(&d->down, __ATOMIC_RELAXED) && d->used + round_up(t->chunk) <= d->size)
-			full = 0;
-	}
-	pthread_mutex_unlock(&t->lock);
-	return full;
 }
 
 void tier_get_stats(struct tier *t, struct tier_stats *s)

@@ -1,0 +1,319 @@
+/* ops_session.c - the FUSE session around the operation table; see ops.h
+ * for the contract, ops_int.h for what it shares with ops.c.
+ *
+ * It checks the FUSE options (libfuse's complaint said as one line of
+ * ours), mounts, detaches, starts the core, runs the multithreaded loop
+ * and unmounts. Between, the notifier thread tells the kernel what changed
+ * under the mount and drops files' pages once read, and the prefetcher's
+ * probes ask the kernel what it caches.
+ *
+ * DESIGN
+ * - Threads only after fuse_daemonize(): it forks, and a thread started
+ *   before it would be left in the parent.
+ * - Notices go out from the notifier thread (a struct worker, util/
+ *   worker.h), never from the thread that found the change: that may be a
+ *   FUSE worker inside a LOOKUP of the very directory the notice
+ *   invalidates. The callbacks only queue, under the worker's lock.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "log.h"
+#include "notify.h"
+#include "ops_int.h"
+#include "worker.h"
+
+/* A change the kernel must hear of (struct notifier). */
+struct change {
+	uint64_t parent, old;
+	char name[256];
+};
+
+/* A file whose pages the kernel is asked to drop once DUE (struct notifier):
+ * it was read to its end while memory is tight (core_set_copy_drop). The
+ * delay lets its reader finish with the pages first. */
+struct drop {
+	uint64_t node;
+	double due;
+};
+
+#define DROP_DELAY_S 2.0
+#define DROP_QUEUE 65536            /* drops waiting at most; more are not queued */
+
+/* ---- what the kernel caches above the mount (the prefetcher asks) ---- */
+
+/* Asks the kernel for the first page of NODE's file: a reply with bytes
+ * means it caches the file (a training read takes a file whole). */
+static int probe_kernel(void *arg, uint64_t node, void *cookie)
+{
+	struct ops_session *s = arg;
+
+	return fuse_lowlevel_notify_retrieve(s->se, node, 4096, 0, cookie);
+}
+
+/* ---- changes under the mount ---- */
+
+/* Drops what the kernel holds of a changed entry: its dentry, so the next
+ * lookup returns the new generation's node (an empty page cache) or
+ * ENOENT; and the old node's pages and attributes, so a reader still
+ * holding it gets no stale page more and reads EIO from the daemon.
+ * Notifier thread. */
+static void tell_kernel(struct ops_session *s, const struct change *ch)
+{
+	fuse_lowlevel_notify_inval_entry(s->se, ch->parent, ch->name, strlen(ch->name));
+	fuse_lowlevel_notify_inval_inode(s->se, ch->old, 0, 0);
+}
+
+static void *notifier_main(void *arg)
+{
+	struct ops_session *s = arg;
+	struct notifier *n = &s->nt;
+
+	pthread_mutex_lock(&n->w.lock);
+	for (;;) {
+		while (!n->len && !n->dlen && worker_wait(&n->w, WORKER_FOREVER))
+			;
+		if (!worker_running(&n->w))
+			break;
+		if (n->len) {
+			struct change ch = n->q[n->head];
+			n->head = (n->head + 1) % n->cap;
+			n->len--;
+			pthread_mutex_unlock(&n->w.lock);
+			tell_kernel(s, &ch);
+			pthread_mutex_lock(&n->w.lock);
+			continue;
+		}
+		struct drop d = n->d[n->dhead];
+		double now = clock_now();
+		if (d.due > now) {
+			/* Sleep until the oldest is due, or something new comes. */
+			worker_wait(&n->w, d.due - now);
+			continue;
+		}
+		n->dhead = (n->dhead + 1) % DROP_QUEUE;
+		n->dlen--;
+		pthread_mutex_unlock(&n->w.lock);
+		/* Pages and attributes (the kernel has no call for pages alone):
+		 * the next open of the file asks for its attributes again. */
+		fuse_lowlevel_notify_inval_inode(s->se, d.node, 0, 0);
+		pthread_mutex_lock(&n->w.lock);
+	}
+	pthread_mutex_unlock(&n->w.lock);
+	return NULL;
+}
+
+/* The core asks: drop NODE's pages a moment from now. Read paths; never blocks
+ * for long (one mutex). */
+static void on_copy_drop(void *arg, uint64_t node)
+{
+	struct ops_session *s = arg;
+	struct notifier *n = &s->nt;
+
+	pthread_mutex_lock(&n->w.lock);
+	if (!n->d)
+		n->d = calloc(DROP_QUEUE, sizeof(*n->d));
+	if (n->d && n->dlen < DROP_QUEUE) {
+		n->d[(n->dhead + n->dlen) % DROP_QUEUE] = (struct drop){ .node = node,
+									   .due = clock_now() + DROP_DELAY_S };
+		if (!n->dlen++)
+			worker_wake(&n->w);
+	}
+	pthread_mutex_unlock(&n->w.lock);
+}
+
+static void on_change(void *arg, uint64_t parent, const char *name, uint64_t old)
+{
+	struct ops_session *s = arg;
+	struct notifier *n = &s->nt;
+
+	pthread_mutex_lock(&n->w.lock);
+	if (n->len == n->cap) {
+		size_t cap = n->cap ? n->cap * 2 : 64;
+		struct change *q = malloc(cap * sizeof(*q));
+		if (!q) {
+			/* The entry's generation moved anyway: the kernel's next
+			 * lookup of it (within --timeout) finds the new node. */
+			pthread_mutex_unlock(&n->w.lock);
+			return;
+		}
+		for (size_t i = 0; i < n->len; i++)
+			q[i] = n->q[(n->head + i) % n->cap];
+		free(n->q);
+		n->q = q;
+		n->head = 0;
+		n->cap = cap;
+	}
+	struct change *ch = &n->q[(n->head + n->len) % n->cap];
+	ch->parent = parent;
+	ch->old = old;
+	snprintf(ch->name, sizeof(ch->name), "%s", name);
+	n->len++;
+	worker_wake(&n->w);
+	pthread_mutex_unlock(&n->w.lock);
+}
+
+/* ---- session ---- */
+
+/* What libfuse says while it checks the options: kept (it comes in
+ * fragments) instead of printed, so that a refusal is one line of ours.
+ * Installed only around fuse_session_new, on the main thread, before any
+ * other thread of the daemon exists. */
+static char fuse_said[1024];
+
+static void keep_fuse_log(enum fuse_log_level level, const char *fmt, va_list ap)
+{
+	size_t used = strlen(fuse_said);
+
+	(void)level;
+	if (used < sizeof(fuse_said) - 1)
+		vsnprintf(fuse_said + used, sizeof(fuse_said) - used, fmt, ap);
+}
+
+/* One line for what libfuse refused: "unknown mount option(s): a,b" for
+ * options it does not know (it wrote "fuse: unknown option(s): `-o a,b'"),
+ * else its own words. */
+static void report_refusal(void)
+{
+	static const char unknown[] = "fuse: unknown option(s): `";
+	char *m = fuse_said, *end;
+
+	m[strcspn(m, "\n")] = '\0';
+	if (!strncmp(m, unknown, sizeof(unknown) - 1)) {
+		m += sizeof(unknown) - 1;
+		if ((end = strrchr(m, '\'')))
+			*end = '\0';
+		if (!strncmp(m, "-o ", 3))
+			m += 3;
+		log_error("unknown mount option(s): %s (see epochfs --help)", m);
+		return;
+	}
+	if (!strncmp(m, "fuse: ", 6))
+		m += 6;
+	log_error("invalid mount options: %s", m[0] ? m : "refused by libfuse");
+}
+
+int ops_session_new(const struct ops_config *cfg, struct ops_session **out)
+{
+	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+	struct ops_session *s;
+	char opts[1200 + 2 * 4096], *w;
+	int err;
+
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->cfg = *cfg;
+	s->log_fd = -1;
+	if ((err = worker_init(&s->nt.w)) < 0) {
+		free(s);
+		return err;
+	}
+	/* fsname=SOURCE (commas and backslashes escaped for libfuse's option
+	 * parser): df and /proc/self/mountinfo show what is mounted, and a
+	 * later epochfs finds the SOURCE behind a mount it is asked to read. */
+	w = opts + sprintf(opts, "%sdefault_permissions,subtype=epochfs,fsname=", cfg->read_only ? "ro," : "");
+	for (const char *p = cfg->fsname ? cfg->fsname : "epochfs"; *p && w < opts + 4096 * 2; p++) {
+		if (*p == ',' || *p == '\\')
+			*w++ = '\\';
+		*w++ = *p;
+	}
+	snprintf(w, sizeof(opts) - (size_t)(w - opts), "%s%s", cfg->fuse_opts && cfg->fuse_opts[0] ? "," : "",
+		 cfg->fuse_opts ? cfg->fuse_opts : "");
+	if (fuse_opt_add_arg(&args, "epochfs") || fuse_opt_add_arg(&args, "-o") ||
+	    fuse_opt_add_arg(&args, opts) || (cfg->debug && fuse_opt_add_arg(&args, "-d"))) {
+		fuse_opt_free_args(&args);
+		ops_session_free(s);
+		return -ENOMEM;
+	}
+	fuse_said[0] = '\0';
+	fuse_set_log_func(keep_fuse_log);
+	s->se = fuse_session_new(&args, &ops_table, sizeof(ops_table), s);
+	fuse_set_log_func(NULL);            /* libfuse's own again */
+	fuse_opt_free_args(&args);
+	if (!s->se) {
+		report_refusal();
+		ops_session_free(s);
+		return -EINVAL;
+	}
+	if (cfg->log_file) {
+		s->log_fd = open(cfg->log_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		if (s->log_fd < 0) {
+			err = -errno;
+			log_error("%s: cannot open log file: %s", cfg->log_file, strerror(-err));
+			ops_session_free(s);
+			return err;
+		}
+	}
+	*out = s;
+	return 0;
+}
+
+int ops_session_run(struct ops_session *s, struct core *c)
+{
+	struct fuse_loop_config *lc;
+	int ret;
+
+	s->c = c;
+	if (fuse_set_signal_handlers(s->se) != 0)
+		return -EIO;
+	if (fuse_session_mount(s->se, s->cfg.mountpoint) != 0) {
+		fuse_remove_signal_handlers(s->se);
+		return -EIO;
+	}
+	if (!s->cfg.foreground) {
+		fuse_daemonize(0);
+		if (s->log_fd >= 0)
+			dup2(s->log_fd, STDERR_FILENO);
+	}
+	/* Threads only now: fuse_daemonize() forks. */
+	lc = fuse_loop_cfg_create();
+	core_set_change_cb(c, on_change, s);
+	core_set_probe(c, probe_kernel, s);
+	core_set_copy_drop(c, on_copy_drop, s);
+	if (worker_start(&s->nt.w, 1, notifier_main, s) < 0 || core_start(c) < 0) {
+		ret = -EIO;
+	} else if (!lc) {
+		ret = -ENOMEM;
+	} else {
+		fuse_loop_cfg_set_clone_fd(lc, 1);
+		fuse_loop_cfg_set_max_threads(lc, s->cfg.threads);
+		fuse_loop_cfg_set_idle_threads(lc, s->cfg.threads);
+		ret = fuse_session_loop_mt(s->se, lc);
+		/* A signal is a requested, clean end. */
+		if (ret == SIGINT || ret == SIGTERM || ret == SIGHUP || ret == -SIGINT ||
+		    ret == -SIGTERM || ret == -SIGHUP)
+			ret = 0;
+		else if (ret > 0)
+			ret = -EIO;
+	}
+	if (lc)
+		fuse_loop_cfg_destroy(lc);
+	core_set_change_cb(c, NULL, NULL);
+	notify_send("STOPPING=1\nSTATUS=unmounting");
+	worker_stop(&s->nt.w);
+	fuse_session_unmount(s->se);
+	fuse_remove_signal_handlers(s->se);
+	return ret;
+}
+
+void ops_session_free(struct ops_session *s)
+{
+	if (!s)
+		return;
+	if (s->se)
+		fuse_session_destroy(s->se);
+	if (s->log_fd >= 0)
+		close(s->log_fd);
+	worker_destroy(&s->nt.w);
+	free(s->nt.q);
+	free(s->nt.d);
+	free(s);
+}
