@@ -40,7 +40,7 @@ endif
 # Evaluated when a recipe runs, i.e. after the dependency check below.
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS = $(shell pkg-config --libs $(PKGS))
-ALL_CFLAGS = -std=gnu11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Ifs -Ifs/core -Ifs/core/ns -Ifs/store -Ifs/cluster -Ifs/util -Iprep -Iprep/gpu -Itools $(PKG_CFLAGS) -MMD -MP
+ALL_CFLAGS = -std=gnu11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Ifs -Iprep -Itools $(PKG_CFLAGS) -MMD -MP
 LIBS = $(PKG_LIBS) -lpthread -lm
 
 # fs/ is the daemon (main, options) and its FUSE adapter (ops.c and
@@ -156,7 +156,7 @@ NV_WARN := -Xcompiler -Wall,-Wextra,-Wshadow
 ifneq ($(CI),)
 NV_WARN += -Werror all-warnings -Xcompiler -Werror
 endif
-NV_ALL = -std=c++17 -O2 -g $(NVFLAGS) $(NV_WARN) -Xcompiler -fPIC -Iprep -Iprep/gpu -MMD -MP
+NV_ALL = -std=c++17 -O2 -g $(NVFLAGS) $(NV_WARN) -Xcompiler -fPIC -Iprep -MMD -MP
 CUDA_LIBS := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudart -lstdc++ -ldl -lpthread
 GPU_OBJ := $(GPU_C_SRC:%.c=$(BUILD)/pic/%.o) $(BUILD)/pic/prep/gpu/libgpu.o \
 	   $(patsubst %.cu,$(BUILD)/cu/%.o,prep/gpu/normalize.cu prep/gpu/backend_cuda.cu prep/gpu/probe.cu)
@@ -210,7 +210,7 @@ $(BUILD)/tests/mkjpeg: $(BUILD)/tests/integration/mkjpeg.o
 FUZZERS ?= proto text jpeg state
 FUZZ_SECONDS ?= 300
 FUZZ_SMOKE ?= 6
-FUZZ_CC := clang -std=gnu11 -D_GNU_SOURCE -g -O1 -Ifs -Ifs/core -Ifs/core/ns -Ifs/store -Ifs/cluster -Ifs/util -Iprep -Itools -fsanitize=fuzzer,address,undefined \
+FUZZ_CC := clang -std=gnu11 -D_GNU_SOURCE -g -O1 -Ifs -Iprep -Itools -fsanitize=fuzzer,address,undefined \
 	   -fno-sanitize-recover=all
 FUZZ_SRC_proto := fs/cluster/proto.c
 FUZZ_SRC_text := fs/cluster/cluster.c prep/spec.c
@@ -274,7 +274,12 @@ pyunit: $(TEST_DEPS_STAMP)
 cuda-test:
 	$(Q)bash tests/cuda/run.sh; st=$$?; [ $$st = 0 ] || [ $$st = 77 ]
 
-test: unit cuda-test pyunit fuzz-smoke integration
+# The physical layers (tools/layers.py): util/ and store/ include nothing
+# above them, only the adapter speaks FUSE, no include cycle.
+layers:
+	$(Q)python3 tools/layers.py
+
+test: layers unit cuda-test pyunit fuzz-smoke integration
 
 demo: all
 	$(Q)BUILD=$(BUILD) bash tools/demo.sh
@@ -346,7 +351,7 @@ uninstall:
 clean:
 	rm -rf build build-san build-cuda build-san-cuda
 
-.PHONY: all unit pyunit integration test demo bench clean fuzz fuzz-smoke cuda-test install uninstall
+.PHONY: all unit pyunit integration test demo bench clean fuzz fuzz-smoke cuda-test install uninstall layers
 .SECONDARY:
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

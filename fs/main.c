@@ -19,14 +19,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cluster.h"
-#include "core.h"
-#include "log.h"
+#include "cluster/cluster.h"
+#include "cluster/peer.h"
+#include "core/core.h"
 #include "ops.h"
 #include "options.h"
-#include "path.h"
-#include "peer.h"
-#include "version.h"
+#include "store/path.h"
+#include "util/log.h"
+#include "util/version.h"
 
 static struct core *debug_core;
 

@@ -27,9 +27,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "log.h"
-#include "notify.h"
 #include "ops_int.h"
+#include "util/log.h"
+#include "util/notify.h"
 
 static struct ops_session *S(fuse_req_t req)
 {

@@ -11,7 +11,7 @@
 #ifndef EPOCHFS_OPS_H
 #define EPOCHFS_OPS_H
 
-#include "core.h"
+#include "core/core.h"
 
 struct ops_config {
 	const char *mountpoint;

@@ -13,7 +13,7 @@
 #include <stddef.h>
 
 #include "ops.h"
-#include "worker.h"
+#include "util/worker.h"
 
 struct change;
 struct drop;

@@ -24,11 +24,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "log.h"
-#include "notify.h"
 #include "ops_int.h"
-#include "worker.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/notify.h"
+#include "util/worker.h"
 
 /* A change the kernel must hear of (struct notifier). */
 struct change {

@@ -6,12 +6,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core.h"
+#include "core/core.h"
+#include "core/prefetch.h"
+#include "core/pressure.h"
 #include "options.h"
-#include "persist.h"
-#include "tier.h"
-#include "prefetch.h"
-#include "pressure.h"
+#include "store/persist.h"
+#include "store/tier.h"
 
 enum {
 	OPT_THREADS = 256, OPT_SCAN_THREADS, OPT_TIMEOUT, OPT_NO_WATCH, OPT_OPEN, OPT_LOG,

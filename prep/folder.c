@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "folder.h"
-#include "path.h"
+#include "store/path.h"
 
 struct pool {
 	char *p;

@@ -37,10 +37,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "clock.h"
 #include "group.h"
-#include "syncwait.h"
-#include "worker.h"
+#include "util/clock.h"
+#include "util/syncwait.h"
+#include "util/worker.h"
 
 enum { B_QUEUED, B_MAKING, B_READY, B_EMPTY };
 

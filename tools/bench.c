@@ -20,11 +20,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "clock.h"
 #include "mstats.h"
 #include "options.h"
 #include "rng.h"
-#include "version.h"
+#include "util/clock.h"
+#include "util/version.h"
 
 static char **files;
 static size_t nfiles, capfiles;

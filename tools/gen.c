@@ -26,10 +26,10 @@
 #include <turbojpeg.h>
 #include <unistd.h>
 
-#include "clock.h"
 #include "options.h"
 #include "rng.h"
-#include "version.h"
+#include "util/clock.h"
+#include "util/version.h"
 
 struct gen {
 	const char *dir;

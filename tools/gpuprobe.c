@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "batch.h"
-#include "probe.h"
+#include "gpu/probe.h"
 
 static void usage(FILE *f)
 {

@@ -21,10 +21,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "manifest.h"
 #include "options.h"
-#include "version.h"
+#include "store/manifest.h"
+#include "util/log.h"
+#include "util/version.h"
 
 
 static void usage(FILE *f)

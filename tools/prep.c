@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "spec.h"
-#include "version.h"
+#include "util/version.h"
 
 static void usage(FILE *f)
 {

@@ -37,10 +37,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "clock.h"
 #include "mstats.h"
 #include "options.h"
-#include "version.h"
+#include "util/clock.h"
+#include "util/version.h"
 
 struct snap {
 	struct mstats m;

@@ -30,9 +30,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "clock.h"
 #include "mstats.h"
-#include "version.h"
+#include "util/clock.h"
+#include "util/version.h"
 
 
 struct list {

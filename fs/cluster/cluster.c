@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cluster.h"
+#include "cluster/cluster.h"
 
 #define FAIL(code, ...) do { snprintf(err, errlen, __VA_ARGS__); return (code); } while (0)
 

@@ -11,7 +11,7 @@
 
 #include <xxhash.h>
 
-#include "owner.h"
+#include "cluster/owner.h"
 
 struct owner {
 	unsigned n;

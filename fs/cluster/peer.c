@@ -32,11 +32,11 @@
 
 #include <sodium.h>
 
-#include "clock.h"
-#include "log.h"
-#include "peer_int.h"
-#include "trust.h"
-#include "worker.h"
+#include "cluster/peer_int.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/trust.h"
+#include "util/worker.h"
 
 #define MAX_NODE_SAMPLES 64         /* per-node samples for this many nodes */
 

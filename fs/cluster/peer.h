@@ -27,10 +27,10 @@
 
 #include <stdint.h>
 
-#include "cluster.h"
-#include "core.h"
-#include "source.h"
-#include "stats.h"
+#include "cluster/cluster.h"
+#include "core/core.h"
+#include "core/stats.h"
+#include "store/source.h"
 
 #define PEER_KEY_BYTES 32
 

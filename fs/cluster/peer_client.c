@@ -32,11 +32,11 @@
 #define XXH_STATIC_LINKING_ONLY     /* XXH3_state_t in struct preq */
 #include <xxhash.h>
 
-#include "cache.h"
-#include "clock.h"
-#include "log.h"
-#include "manifest.h"
-#include "peer_int.h"
+#include "cluster/peer_int.h"
+#include "store/cache.h"
+#include "store/manifest.h"
+#include "util/clock.h"
+#include "util/log.h"
 
 #define BACKOFF_MIN 0.5
 #define BACKOFF_MAX 30.0

@@ -24,12 +24,12 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
-#include "cluster.h"
-#include "core.h"
-#include "owner.h"
-#include "peer.h"
-#include "proto.h"
-#include "worker.h"
+#include "cluster/cluster.h"
+#include "cluster/owner.h"
+#include "cluster/peer.h"
+#include "cluster/proto.h"
+#include "core/core.h"
+#include "util/worker.h"
 
 #define MAX_PENDING 256             /* requests in flight on one connection */
 /* Reply bytes a server holds, being made or queued unsent: per connection

@@ -35,9 +35,9 @@
 #define XXH_STATIC_LINKING_ONLY     /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
-#include "clock.h"
-#include "log.h"
-#include "peer_int.h"
+#include "cluster/peer_int.h"
+#include "util/clock.h"
+#include "util/log.h"
 
 #define MAX_HANDSHAKING 64          /* accepted, not yet authenticated */
 #define MAX_CONNS_PER_NODE 4        /* authenticated connections from one node */

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "proto.h"
+#include "cluster/proto.h"
 
 static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
 static void put32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }

@@ -26,7 +26,7 @@
 #include <sys/statvfs.h>
 #include <sys/types.h>
 
-#include "stats.h"
+#include "core/stats.h"
 
 struct index_version;
 struct manifest;

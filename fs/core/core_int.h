@@ -10,10 +10,10 @@
 
 #include <stdint.h>
 
-#include "control.h"
-#include "core.h"
-#include "source.h"
-#include "stats.h"
+#include "core/core.h"
+#include "core/ns/control.h"
+#include "core/stats.h"
+#include "store/source.h"
 
 /* The modules the core wires together: each file includes the headers of
  * those it uses. */

@@ -11,19 +11,19 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cache.h"
-#include "core_int.h"
-#include "index.h"
-#include "order.h"
-#include "persist.h"
-#include "prefetch.h"
-#include "prepdir.h"
-#include "pressure.h"
-#include "staging.h"
-#include "storage.h"
-#include "tier.h"
-#include "version.h"
-#include "watch.h"
+#include "core/core_int.h"
+#include "core/ns/order.h"
+#include "core/ns/prepdir.h"
+#include "core/prefetch.h"
+#include "core/pressure.h"
+#include "core/watch.h"
+#include "store/cache.h"
+#include "store/index.h"
+#include "store/persist.h"
+#include "store/staging.h"
+#include "store/storage.h"
+#include "store/tier.h"
+#include "util/version.h"
 
 int core_render(void *arg, enum control_file f, char *buf, size_t len)
 {

@@ -25,11 +25,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core_int.h"
-#include "index.h"
-#include "order.h"
-#include "path.h"
-#include "prepdir.h"
+#include "core/core_int.h"
+#include "core/ns/order.h"
+#include "core/ns/prepdir.h"
+#include "store/index.h"
+#include "store/path.h"
 
 static const struct ns_ops *const ops[NS__COUNT] = {
 	[NS_DATA] = &ns_data_ops,

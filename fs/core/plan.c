@@ -27,16 +27,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache.h"
-#include "core_int.h"
-#include "index.h"
-#include "log.h"
-#include "manifest.h"
-#include "order.h"
-#include "plan.h"
-#include "staging.h"
-#include "storage.h"
-#include "tier.h"
+#include "core/core_int.h"
+#include "core/ns/order.h"
+#include "core/plan.h"
+#include "store/cache.h"
+#include "store/index.h"
+#include "store/manifest.h"
+#include "store/staging.h"
+#include "store/storage.h"
+#include "store/tier.h"
+#include "util/log.h"
 
 /* One item past the hit path: a load, a wait, a read of the sources. */
 struct read_ctx {

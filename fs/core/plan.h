@@ -29,8 +29,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "core.h"
-#include "index.h"
+#include "core/core.h"
+#include "store/index.h"
 
 enum read_kind {
 	RK_REQUEST,                 /* a whole request of a reader */

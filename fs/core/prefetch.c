@@ -20,15 +20,16 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "cache.h"
-#include "clock.h"
-#include "core_int.h"
-#include "index.h"
-#include "log.h"
-#include "order.h"
-#include "plan.h"
-#include "prefetch.h"
-#include "staging.h"
+#include "core/core_int.h"
+#include "core/ns/order.h"
+#include "core/plan.h"
+#include "core/prefetch.h"
+#include "store/cache.h"
+#include "store/index.h"
+#include "store/staging.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/worker.h"
 
 #define WAKE_FILES 8u               /* the thread wakes for this much work at once */
 #define PROBE_SPAN 128u             /* probes without a cached file before sampling */
@@ -41,17 +42,15 @@ struct prefetch {
 	struct order *order;
 	struct staging *st;
 	struct prefetch_opts o;
-	pthread_mutex_t lock;
-	pthread_cond_t work;
-	unsigned inflight;          /* lock: fetches issued, not landed, and probes */
-	unsigned probes;            /* lock: of inflight, probes the kernel has not answered */
-	struct want *probing;       /* lock: their wants (freed at the end if never answered) */
-	int sleeping;               /* lock: the thread waits for work */
-	unsigned probe_dry;         /* lock: probes in a row that found nothing cached */
-	unsigned probe_skip;        /* lock: files not probed since the last probe */
-	int stop, started;
-	pthread_t th;
-	struct prefetch_stats stats;        /* lock */
+	struct worker w;            /* the thread; its lock guards what follows */
+	unsigned inflight;          /* fetches issued, not landed, and probes */
+	unsigned probes;            /* of inflight, probes the kernel has not answered */
+	struct want *probing;       /* their wants (freed at the end if never answered) */
+	int sleeping;               /* the thread waits for work */
+	int stopping;               /* no fetch is issued any more */
+	unsigned probe_dry;         /* probes in a row that found nothing cached */
+	unsigned probe_skip;        /* files not probed since the last probe */
+	struct prefetch_stats stats;
 };
 
 /* A file the thread chose, on its way through the kernel probe. */
@@ -65,7 +64,7 @@ struct want {
 /* Could the thread issue a batch now? Lock held. */
 static int work_ready(struct prefetch *pf)
 {
-	if (pf->stop)
+	if (pf->stopping)
 		return 1;
 	uint64_t lim, room = staging_room(pf->st);
 	struct staging_stats ss;
@@ -80,19 +79,19 @@ void prefetch_wake(struct prefetch *pf)
 {
 	if (!pf)
 		return;
-	pthread_mutex_lock(&pf->lock);
+	pthread_mutex_lock(&pf->w.lock);
 	if (pf->sleeping && work_ready(pf)) {
 		pf->sleeping = 0;
-		pthread_cond_signal(&pf->work);
+		worker_wake(&pf->w);
 	}
-	pthread_mutex_unlock(&pf->lock);
+	pthread_mutex_unlock(&pf->w.lock);
 }
 
 static void fetch_done(void *arg, ssize_t res, int kept)
 {
 	struct prefetch *pf = arg;
 
-	pthread_mutex_lock(&pf->lock);
+	pthread_mutex_lock(&pf->w.lock);
 	pf->inflight--;
 	if (res > 0)
 		pf->stats.fetched_bytes += (uint64_t)res;
@@ -100,9 +99,9 @@ static void fetch_done(void *arg, ssize_t res, int kept)
 		pf->stats.cached_bytes += (uint64_t)res;
 	if (pf->sleeping && work_ready(pf)) {
 		pf->sleeping = 0;
-		pthread_cond_signal(&pf->work);
+		worker_wake(&pf->w);
 	}
-	pthread_mutex_unlock(&pf->lock);
+	pthread_mutex_unlock(&pf->w.lock);
 }
 
 static void link_probe(struct prefetch *pf, struct want *w)
@@ -146,11 +145,11 @@ static void fetch_items(struct want *w)
 		for (uint32_t k = 0; k < items; k++) {
 			if (staging_has(pf->st, w->pick.id, k))
 				continue;
-			pthread_mutex_lock(&pf->lock);
-			int stop = pf->stop;
+			pthread_mutex_lock(&pf->w.lock);
+			int stop = pf->stopping;
 			if (!stop)
 				pf->inflight++;
-			pthread_mutex_unlock(&pf->lock);
+			pthread_mutex_unlock(&pf->w.lock);
 			if (stop)
 				break;
 			struct plan_prefetch pp = { .group = w->pick.group, .place = w->pick.place,
@@ -166,7 +165,7 @@ void prefetch_probed(struct prefetch *pf, void *cookie, int resident)
 {
 	struct want *w = cookie;
 
-	pthread_mutex_lock(&pf->lock);
+	pthread_mutex_lock(&pf->w.lock);
 	unlink_probe(pf, w);
 	if (resident) {
 		pf->stats.resident++;
@@ -174,7 +173,7 @@ void prefetch_probed(struct prefetch *pf, void *cookie, int resident)
 	} else if (pf->probe_dry < PROBE_SPAN) {
 		pf->probe_dry++;
 	}
-	pthread_mutex_unlock(&pf->lock);
+	pthread_mutex_unlock(&pf->w.lock);
 	if (resident)
 		want_end(w);
 	else
@@ -205,18 +204,18 @@ static void issue_file(struct prefetch *pf, const struct order_pick *p)
 		return;
 	*w = (struct want){ .pf = pf, .pick = *p, .reserved = a.v.size };
 	staging_reserve(pf->st, a.v.size);  /* held while it is probed and staged */
-	pthread_mutex_lock(&pf->lock);
+	pthread_mutex_lock(&pf->w.lock);
 	/* Probes that keep finding nothing cached are sampled. */
 	int probe = c->probe && (pf->probe_dry < PROBE_SPAN || ++pf->probe_skip >= PROBE_SAMPLE);
 	if (probe) {
 		pf->probe_skip = 0;
 		link_probe(pf, w);          /* until answered */
 	}
-	pthread_mutex_unlock(&pf->lock);
+	pthread_mutex_unlock(&pf->w.lock);
 	if (probe && c->probe(c->probe_arg, core_data_node(p->id, a.gen), w) < 0) {
-		pthread_mutex_lock(&pf->lock);
+		pthread_mutex_lock(&pf->w.lock);
 		unlink_probe(pf, w);
-		pthread_mutex_unlock(&pf->lock);
+		pthread_mutex_unlock(&pf->w.lock);
 		probe = 0;
 	}
 	if (!probe)
@@ -243,35 +242,37 @@ static void *prefetch_main(void *arg)
 {
 	struct prefetch *pf = arg;
 	double last_sweep = clock_now();
+	int go = 1;
 
-	pthread_mutex_lock(&pf->lock);
-	while (!pf->stop) {
+	pthread_mutex_lock(&pf->w.lock);
+	while (go) {
 		int issued = 0;
 		struct order_pick p;
 		/* Round robin over the streams, a file a turn each, while
 		 * staging's room and the in-flight bound allow. */
-		while (!pf->stop && pf->inflight < pf->o.inflight && staging_room(pf->st) &&
+		while (!pf->stopping && pf->inflight < pf->o.inflight && staging_room(pf->st) &&
 		       order_next(pf->order, pf->o.window, &p)) {
-			pthread_mutex_unlock(&pf->lock);
+			pthread_mutex_unlock(&pf->w.lock);
 			issue_file(pf, &p);
 			issued = 1;
-			pthread_mutex_lock(&pf->lock);
+			pthread_mutex_lock(&pf->w.lock);
 		}
 		if (clock_now() - last_sweep > SWEEP_S) {
-			pthread_mutex_unlock(&pf->lock);
+			pthread_mutex_unlock(&pf->w.lock);
 			sweep(pf);
 			last_sweep = clock_now();
-			pthread_mutex_lock(&pf->lock);
+			pthread_mutex_lock(&pf->w.lock);
 		}
-		if (!issued && !work_ready(pf)) {
-			struct timespec dl;
-			clock_deadline(&dl, IDLE_S);
-			pf->sleeping = 1;
-			pthread_cond_timedwait(&pf->work, &pf->lock, &dl);
-			pf->sleeping = 0;
+		if (issued || work_ready(pf)) {
+			go = worker_running(&pf->w);
+			continue;
 		}
+		pf->sleeping = 1;
+		go = worker_wait(&pf->w, IDLE_S);
+		pf->sleeping = 0;
 	}
-	pthread_mutex_unlock(&pf->lock);
+	pf->stopping = 1;
+	pthread_mutex_unlock(&pf->w.lock);
 	return NULL;
 }
 
@@ -279,7 +280,7 @@ int prefetch_new(struct core *c, struct order *order, struct staging *st, const 
 		 struct prefetch **out)
 {
 	struct prefetch *pf = calloc(1, sizeof(*pf));
-	pthread_condattr_t ca;
+	int err;
 
 	if (!pf)
 		return -ENOMEM;
@@ -291,43 +292,35 @@ int prefetch_new(struct core *c, struct order *order, struct staging *st, const 
 		pf->o.window = PREFETCH_DEFAULT_WINDOW;
 	if (!pf->o.inflight)
 		pf->o.inflight = 64;
-	pthread_mutex_init(&pf->lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&pf->work, &ca);
-	pthread_condattr_destroy(&ca);
+	if ((err = worker_init(&pf->w)) < 0) {
+		free(pf);
+		return err;
+	}
 	*out = pf;
 	return 0;
 }
 
 int prefetch_start(struct prefetch *pf)
 {
-	int e = pthread_create(&pf->th, NULL, prefetch_main, pf);
-
-	if (e)
-		return -e;
-	pf->started = 1;
-	return 0;
+	return worker_start(&pf->w, 1, prefetch_main, pf);
 }
 
 void prefetch_free(struct prefetch *pf)
 {
 	if (!pf)
 		return;
-	pthread_mutex_lock(&pf->lock);
-	pf->stop = 1;
-	pthread_cond_broadcast(&pf->work);
-	pthread_mutex_unlock(&pf->lock);
-	if (pf->started)
-		pthread_join(pf->th, NULL);
+	pthread_mutex_lock(&pf->w.lock);
+	pf->stopping = 1;               /* fetch_items issues no more */
+	pthread_mutex_unlock(&pf->w.lock);
+	worker_stop(&pf->w);
 	/* Fetches in flight land in the core (a dead peer within its
 	 * --peer-timeout): wait for them all, or they would land on freed
 	 * memory. Probes the kernel never answered (the session ended first)
 	 * are not waited for: their wants are freed below. */
 	for (long i = 1;; i++) {
-		pthread_mutex_lock(&pf->lock);
+		pthread_mutex_lock(&pf->w.lock);
 		unsigned n = pf->inflight - pf->probes;
-		pthread_mutex_unlock(&pf->lock);
+		pthread_mutex_unlock(&pf->w.lock);
 		if (!n)
 			break;
 		if (i % 5000 == 0)
@@ -339,14 +332,13 @@ void prefetch_free(struct prefetch *pf)
 		next = w->pnext;
 		free(w);
 	}
-	pthread_mutex_destroy(&pf->lock);
-	pthread_cond_destroy(&pf->work);
+	worker_destroy(&pf->w);
 	free(pf);
 }
 
 void prefetch_get_stats(struct prefetch *pf, struct prefetch_stats *s)
 {
-	pthread_mutex_lock(&pf->lock);
+	pthread_mutex_lock(&pf->w.lock);
 	*s = pf->stats;
-	pthread_mutex_unlock(&pf->lock);
+	pthread_mutex_unlock(&pf->w.lock);
 }

@@ -17,14 +17,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache.h"
-#include "clock.h"
-#include "core_int.h"
-#include "index.h"
-#include "log.h"
-#include "memwatch.h"
-#include "pressure.h"
-#include "worker.h"
+#include "core/core_int.h"
+#include "core/pressure.h"
+#include "store/cache.h"
+#include "store/index.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/memwatch.h"
+#include "util/worker.h"
 
 #define MIB (1ull << 20)
 #define GIVE_EVERY_S 2.0

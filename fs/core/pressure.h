@@ -43,7 +43,7 @@
 
 #include <stdint.h>
 
-#include "memwatch.h"
+#include "util/memwatch.h"
 
 enum page_cache_mode { PAGE_CACHE_AUTO, PAGE_CACHE_KEEP, PAGE_CACHE_DROP };
 enum pressure_state { PRESSURE_CALM, PRESSURE_PAUSED, PRESSURE_GIVING };

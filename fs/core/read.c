@@ -16,11 +16,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cache.h"
-#include "core_int.h"
-#include "index.h"
-#include "plan.h"
-#include "syncwait.h"
+#include "core/core_int.h"
+#include "core/plan.h"
+#include "store/cache.h"
+#include "store/index.h"
+#include "util/syncwait.h"
 
 void read_reply(struct core *c, uint32_t id, ssize_t res, const void *buf, core_read_fn done, void *arg)
 {

@@ -5,8 +5,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "clock.h"
-#include "stats.h"
+#include "core/stats.h"
+#include "util/clock.h"
 
 static const struct {
 	const char *name, *help;

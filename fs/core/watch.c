@@ -18,8 +18,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "watch.h"
+#include "core/watch.h"
+#include "util/log.h"
+#include "util/worker.h"
 
 #define WATCH_MASK (IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_CLOSE_WRITE | \
 		    IN_MODIFY | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR |      \
@@ -31,7 +32,7 @@ struct watch {
 	uint32_t *wd_dir;           /* inotify wd -> directory id */
 	size_t nwd;
 	unsigned count;
-	pthread_t thread;
+	struct worker w;            /* the thread: it sleeps in poll(), the stop kicks STOPFD */
 };
 
 static int add_dir(struct watch *w, const char *source, uint32_t id)
@@ -116,12 +117,22 @@ static void handle_batch(struct watch *w, const char *buf, ssize_t len)
 		index_refresh(w->ix, todo[i].id, todo[i].force);
 }
 
+static void kick(void *arg)
+{
+	struct watch *w = arg;
+	uint64_t one = 1;
+
+	if (write(w->stopfd, &one, sizeof(one)) != sizeof(one)) {
+		/* an eventfd write fails only on overflow: it is readable then */
+	}
+}
+
 static void *watch_main(void *arg)
 {
 	struct watch *w = arg;
 	char buf[64 * 1024] __attribute__((aligned(8)));
 
-	for (;;) {
+	while (worker_running(&w->w)) {
 		struct pollfd pf[2] = { { w->ifd, POLLIN, 0 }, { w->stopfd, POLLIN, 0 } };
 		ssize_t len;
 
@@ -171,9 +182,13 @@ int watch_start(struct index *ix, const char *source, struct watch **out)
 			goto fail;
 		err = 0;            /* a directory that vanished meanwhile */
 	}
-	err = -pthread_create(&w->thread, NULL, watch_main, w);
-	if (err)
+	if ((err = worker_init(&w->w)) < 0)
 		goto fail;
+	worker_set_kick(&w->w, kick, w);
+	if ((err = worker_start(&w->w, 1, watch_main, w)) < 0) {
+		worker_destroy(&w->w);
+		goto fail;
+	}
 	*out = w;
 	return 0;
 fail:
@@ -188,12 +203,10 @@ fail:
 
 void watch_stop(struct watch *w)
 {
-	uint64_t one = 1;
-
 	if (!w)
 		return;
-	if (write(w->stopfd, &one, sizeof(one)) == sizeof(one))
-		pthread_join(w->thread, NULL);
+	worker_stop(&w->w);
+	worker_destroy(&w->w);
 	close(w->ifd);
 	close(w->stopfd);
 	free(w->wd_dir);

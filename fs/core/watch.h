@@ -11,7 +11,7 @@
 #ifndef EPOCHFS_WATCH_H
 #define EPOCHFS_WATCH_H
 
-#include "index.h"
+#include "store/index.h"
 
 struct watch;
 

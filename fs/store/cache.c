@@ -42,7 +42,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "cache.h"
+#include "store/cache.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23      /* Linux 5.14 */

@@ -37,7 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "index.h"
+#include "store/index.h"
 
 struct cache;
 struct citem;

@@ -28,10 +28,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "index.h"
-#include "log.h"
-#include "path.h"
+#include "store/index.h"
+#include "store/path.h"
+#include "util/clock.h"
+#include "util/log.h"
 
 #define IX_GONE 1u
 

@@ -19,9 +19,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "maint.h"
-#include "worker.h"
+#include "store/maint.h"
+#include "util/log.h"
+#include "util/worker.h"
 
 #define TICKS_PER_S 10
 

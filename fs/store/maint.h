@@ -26,7 +26,7 @@
 
 #include <stdint.h>
 
-#include "cache.h"
+#include "store/cache.h"
 
 struct maint;
 

@@ -41,8 +41,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "index.h"
-#include "manifest_int.h"
+#include "store/index.h"
+#include "store/manifest_int.h"
 
 static pthread_once_t sodium_once = PTHREAD_ONCE_INIT;
 static int sodium_ok;

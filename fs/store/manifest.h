@@ -57,7 +57,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "index.h"
+#include "store/index.h"
 
 #define MANIFEST_MAGIC "EPMANIF1"
 #define MANIFEST_VERSION 2u

@@ -20,10 +20,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "index.h"
-#include "manifest_int.h"
-#include "path.h"
+#include "store/index.h"
+#include "store/manifest_int.h"
+#include "store/path.h"
+#include "util/clock.h"
 
 /* ---- build ---- */
 

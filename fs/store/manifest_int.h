@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "manifest.h"
+#include "store/manifest.h"
 
 #define READ_BLOCK (1u << 20)
 #define MIN_RECORD 35u              /* u16 length, one path byte, u64 size, version */

@@ -8,7 +8,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "path.h"
+#include "store/path.h"
 
 int path_open_beneath(int rootfd, const char *rel, int flags)
 {

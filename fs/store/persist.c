@@ -31,10 +31,10 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "log.h"
-#include "path.h"
-#include "persist_int.h"
-#include "trust.h"
+#include "store/path.h"
+#include "store/persist_int.h"
+#include "util/log.h"
+#include "util/trust.h"
 
 uint64_t persist_headroom(uint64_t fs_size)
 {

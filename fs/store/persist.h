@@ -56,8 +56,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cache.h"
-#include "index.h"
+#include "store/cache.h"
+#include "store/index.h"
 
 #define PERSIST_FORMAT 2u                   /* 2: the header names the manifest in force */
 #define PERSIST_ROOT_PREFIX "/dev/shm/epochfs"  /* the default root is PREFIX-UID */

@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
-#include "persist.h"
+#include "store/persist.h"
 
 /* The table's header: what a state was made for. */
 struct persist_hdr {

@@ -29,10 +29,10 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "clock.h"
-#include "log.h"
-#include "persist_int.h"
-#include "trust.h"
+#include "store/persist_int.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/trust.h"
 
 #define HDR_MAGIC "EPFSSTAT"
 #define REC_MAGIC 0x52534645u          /* "EFSR" */

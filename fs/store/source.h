@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "index.h"
+#include "store/index.h"
 
 /* RES bytes in BUF, or -errno; BUF is valid only during the call. */
 typedef void (*source_done_fn)(void *arg, ssize_t res, const void *buf);

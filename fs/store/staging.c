@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "staging.h"
+#include "store/staging.h"
 
 #define STAGE_SLOTS 16384u          /* buckets (a power of two) */
 

@@ -32,7 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "index.h"
+#include "store/index.h"
 
 struct staging;
 

@@ -27,12 +27,12 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "path.h"
-#include "source.h"
-#include "storage.h"
-#include "syncwait.h"
-#include "uring.h"
+#include "store/path.h"
+#include "store/source.h"
+#include "store/storage.h"
+#include "util/log.h"
+#include "util/syncwait.h"
+#include "util/uring.h"
 
 /* A read on the ring. u.rw_flags has RWF_DONTCACHE when it reads uncached:
  * it leaves nothing to drop. */

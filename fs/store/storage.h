@@ -23,7 +23,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "index.h"
+#include "store/index.h"
 
 struct storage;
 

@@ -26,10 +26,10 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "log.h"
-#include "tier_int.h"
-#include "trust.h"
-#include "uring.h"
+#include "store/tier_int.h"
+#include "util/log.h"
+#include "util/trust.h"
+#include "util/uring.h"
 
 #define RING_DEPTH 64u
 

@@ -37,9 +37,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "index.h"
-#include "persist.h"
-#include "source.h"
+#include "store/index.h"
+#include "store/persist.h"
+#include "store/source.h"
 
 #define TIER_MAX_DIRS 8
 #define TIER_FLOOR_PERCENT 5        /* of each directory's filesystem, kept free */

@@ -14,10 +14,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "index.h"
-#include "persist.h"
-#include "tier.h"
-#include "worker.h"
+#include "store/index.h"
+#include "store/persist.h"
+#include "store/tier.h"
+#include "util/worker.h"
 
 #define ALIGN 4096ull
 #define RECENT 8                        /* items kept after their read, for the rest of a file */

@@ -30,10 +30,10 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "clock.h"
-#include "log.h"
-#include "tier_int.h"
-#include "worker.h"
+#include "store/tier_int.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/worker.h"
 
 #define FLOOR_STEP (64ull << 20)        /* space checked against the floor this often */
 #define WRITE_QUEUE_MAX (64ull << 20)   /* bytes claimed and not written yet, at most */

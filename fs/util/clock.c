@@ -6,7 +6,7 @@
  * (3e9 ns) would already overflow it. The four copies it replaces each
  * wrote this carry by hand, two of them for under a second only.
  */
-#include "clock.h"
+#include "util/clock.h"
 
 #define NS 1000000000L
 

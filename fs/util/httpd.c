@@ -1,6 +1,6 @@
 /* httpd.c - the metrics server; see httpd.h.
  *
- * DESIGN: one thread and poll(2) rather than a thread a connection: a
+ * DESIGN: one thread (util/worker.h) and poll(2) rather than a thread a connection: a
  * scraper connects every few seconds and leaves; a slow or silent client
  * costs a slot (16) and at most HTTPD_TIMEOUT_S, never a thread. Reads are
  * non-blocking; the reply is written with a send timeout, so a client that
@@ -22,8 +22,9 @@
 #include <unistd.h>
 #include <netinet/in.h>
 
-#include "clock.h"
-#include "httpd.h"
+#include "util/clock.h"
+#include "util/httpd.h"
+#include "util/worker.h"
 
 struct conn {
 	int fd;
@@ -36,7 +37,7 @@ struct httpd {
 	int lfd, stopfd, port;
 	httpd_render_fn render;
 	void *arg;
-	pthread_t th;
+	struct worker w;            /* the thread: it sleeps in poll(), the stop kicks STOPFD */
 	struct conn conns[HTTPD_MAX_CONNS];
 	char *out;                  /* the rendering buffer, grown as needed */
 	size_t outcap;
@@ -151,12 +152,22 @@ static void conn_close(struct conn *c)
 	c->used = 0;
 }
 
+static void kick(void *arg)
+{
+	struct httpd *h = arg;
+	uint64_t one = 1;
+
+	if (write(h->stopfd, &one, sizeof(one)) != sizeof(one)) {
+		/* an eventfd write fails only on overflow: it is readable then */
+	}
+}
+
 static void *main_loop(void *arg)
 {
 	struct httpd *h = arg;
 	struct pollfd p[HTTPD_MAX_CONNS + 2];
 
-	for (;;) {
+	while (worker_running(&h->w)) {
 		int n = 0, idx[HTTPD_MAX_CONNS];
 		p[n++] = (struct pollfd){ .fd = h->stopfd, .events = POLLIN };
 		p[n++] = (struct pollfd){ .fd = h->lfd, .events = POLLIN };
@@ -258,7 +269,13 @@ int httpd_start(const char *addr, httpd_render_fn render, void *arg, struct http
 		snprintf(err, errlen, "--metrics-addr %s: %s", addr, strerror(-e));
 		goto fail;
 	}
-	if ((e = -pthread_create(&h->th, NULL, main_loop, h))) {
+	if ((e = worker_init(&h->w)) < 0) {
+		snprintf(err, errlen, "--metrics-addr %s: %s", addr, strerror(-e));
+		goto fail;
+	}
+	worker_set_kick(&h->w, kick, h);
+	if ((e = worker_start(&h->w, 1, main_loop, h)) < 0) {
+		worker_destroy(&h->w);
 		snprintf(err, errlen, "--metrics-addr %s: cannot start its thread: %s", addr, strerror(-e));
 		goto fail;
 	}
@@ -283,14 +300,10 @@ int httpd_port(const struct httpd *h)
 
 void httpd_stop(struct httpd *h)
 {
-	uint64_t one = 1;
-
 	if (!h)
 		return;
-	if (write(h->stopfd, &one, sizeof(one)) < 0) {
-		/* an eventfd write cannot fail short of a bug; join anyway */
-	}
-	pthread_join(h->th, NULL);
+	worker_stop(&h->w);
+	worker_destroy(&h->w);
 	for (int i = 0; i < HTTPD_MAX_CONNS; i++)
 		if (h->conns[i].fd >= 0)
 			close(h->conns[i].fd);

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "log.h"
+#include "util/log.h"
 
 static const char *log_prog = "epochfs";
 static int log_debug;

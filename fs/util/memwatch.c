@@ -31,7 +31,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "memwatch.h"
+#include "util/memwatch.h"
 
 #define PATH_BYTES 4096
 

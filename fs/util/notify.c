@@ -9,7 +9,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "notify.h"
+#include "util/notify.h"
 
 int notify_send(const char *msg)
 {

@@ -26,7 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "trust.h"
+#include "util/trust.h"
 
 #define MAX_LINKS 40
 

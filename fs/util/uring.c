@@ -22,8 +22,8 @@
 #include <liburing.h>
 #include <stdlib.h>
 
-#include "uring.h"
-#include "worker.h"
+#include "util/uring.h"
+#include "util/worker.h"
 
 struct uring {
 	struct io_uring ring;

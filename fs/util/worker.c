@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "clock.h"
-#include "worker.h"
+#include "util/clock.h"
+#include "util/worker.h"
 
 int worker_init(struct worker *w)
 {

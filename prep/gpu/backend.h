@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "normalize.h"
+#include "gpu/normalize.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -21,8 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "backend.h"
-#include "dlpack.h"
+#include "gpu/backend.h"
+#include "gpu/dlpack.h"
 
 struct cuda_backend {
 	struct gpu_backend base;    /* first: the ops get &base */

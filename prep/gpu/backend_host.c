@@ -10,8 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "backend.h"
-#include "dlpack.h"
+#include "gpu/backend.h"
+#include "gpu/dlpack.h"
 
 static void host_destroy(struct gpu_backend *b)
 {

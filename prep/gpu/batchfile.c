@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "batchfile.h"
+#include "gpu/batchfile.h"
 
 static uint32_t le32(const uint8_t *p)
 {

@@ -26,8 +26,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "batchfile.h"
-#include "consumer.h"
+#include "gpu/batchfile.h"
+#include "gpu/consumer.h"
 
 struct outbuf {
 	void *p;

@@ -40,9 +40,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
-#include "dlpack.h"
-#include "normalize.h"
+#include "gpu/backend.h"
+#include "gpu/dlpack.h"
+#include "gpu/normalize.h"
 
 #ifdef __cplusplus
 extern "C" {

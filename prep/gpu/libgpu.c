@@ -2,7 +2,7 @@
 #include <errno.h>
 #include <stdio.h>
 
-#include "libgpu.h"
+#include "gpu/libgpu.h"
 
 int epgpu_abi(void)
 {

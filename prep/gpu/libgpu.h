@@ -11,7 +11,7 @@
 
 #include <stddef.h>
 
-#include "consumer.h"
+#include "gpu/consumer.h"
 
 #ifdef __cplusplus
 extern "C" {

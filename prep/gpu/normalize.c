@@ -11,7 +11,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "normalize.h"
+#include "gpu/normalize.h"
 
 _Static_assert(BATCH_U8 == 0 && BATCH_F32 == 1 && BATCH_NHWC == 0 && BATCH_NCHW == 1,
 	       "normalize.cu hard-codes batch.h's dtype and layout codes");

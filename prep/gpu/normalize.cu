@@ -14,7 +14,7 @@
 #include <cuda_runtime.h>
 #include <errno.h>
 
-#include "normalize.h"
+#include "gpu/normalize.h"
 
 template <int Mode, typename In, typename Out>
 __device__ __forceinline__ Out convert_one(In x, float mul, float add)

@@ -17,9 +17,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend.h"
-#include "normalize.h"
-#include "probe.h"
+#include "gpu/backend.h"
+#include "gpu/normalize.h"
+#include "gpu/probe.h"
 
 static double now(void)
 {

@@ -34,7 +34,7 @@
 
 #include "augment.h"
 #include "batch.h"
-#include "libgpu.h"
+#include "gpu/libgpu.h"
 
 static const float MEAN[3] = { 0.485f, 0.456f, 0.406f }, STD[3] = { 0.229f, 0.224f, 0.225f };
 static const char *const NAMES[2][2] = { { "u8-nhwc", "u8-nchw" }, { "f32-nhwc", "f32-nchw" } };

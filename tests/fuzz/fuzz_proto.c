@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto.h"
+#include "cluster/proto.h"
 
 static int on_frame(void *arg, const struct proto_frame *f)
 {

@@ -23,8 +23,8 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "log.h"
-#include "persist.h"
+#include "store/persist.h"
+#include "util/log.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

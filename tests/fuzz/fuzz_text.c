@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cluster.h"
+#include "cluster/cluster.h"
 #include "spec.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "batchfile.h"
+#include "gpu/batchfile.h"
 #include "helpers.h"
 
 static const struct batch_params P = {

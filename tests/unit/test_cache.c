@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cache.h"
+#include "store/cache.h"
 
 static const struct index_version V1 = { 1, 300, 10, 10 }, V2 = { 1, 300, 20, 20 };
 

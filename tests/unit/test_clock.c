@@ -6,7 +6,7 @@
 #include <pthread.h>
 #include <time.h>
 
-#include "clock.h"
+#include "util/clock.h"
 
 TestSuite(clock, .timeout = 10);
 

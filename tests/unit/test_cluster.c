@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cluster.h"
+#include "cluster/cluster.h"
 #include "helpers.h"
 
 static char err[512];

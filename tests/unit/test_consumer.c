@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "augment.h"
-#include "consumer.h"
+#include "gpu/consumer.h"
 #include "helpers.h"
 
 static const float MEAN[3] = { 0.485f, 0.456f, 0.406f }, STD[3] = { 0.229f, 0.224f, 0.225f };

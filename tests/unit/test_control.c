@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <stdio.h>
 
-#include "control.h"
+#include "core/ns/control.h"
 
 static int renders;
 static int render(void *arg, enum control_file f, char *buf, size_t len)

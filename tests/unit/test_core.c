@@ -7,12 +7,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "cache.h"
-#include "core.h"
-#include "core_int.h"
+#include "core/core.h"
+#include "core/core_int.h"
 #include "helpers.h"
-#include "source.h"
-#include "syncwait.h"
+#include "store/cache.h"
+#include "store/source.h"
+#include "util/syncwait.h"
 
 #define BIG (600u << 10)        /* three 256 KiB items */
 

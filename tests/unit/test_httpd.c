@@ -11,7 +11,7 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 
-#include "httpd.h"
+#include "util/httpd.h"
 
 static int big;
 

@@ -3,7 +3,7 @@
 #include <errno.h>
 
 #include "helpers.h"
-#include "index.h"
+#include "store/index.h"
 
 static char *dir;
 static int rootfd = -1;

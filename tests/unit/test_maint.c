@@ -10,8 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cache.h"
-#include "maint.h"
+#include "store/cache.h"
+#include "store/maint.h"
 
 #define CAP (8u << 20)
 

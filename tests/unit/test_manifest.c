@@ -8,8 +8,8 @@
 #include <time.h>
 
 #include "helpers.h"
-#include "index.h"
-#include "manifest.h"
+#include "store/index.h"
+#include "store/manifest.h"
 
 #define CH 4096u
 

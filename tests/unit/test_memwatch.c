@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/pressure.h"
 #include "helpers.h"
-#include "memwatch.h"
-#include "pressure.h"
+#include "util/memwatch.h"
 
 #define MIB (1ull << 20)
 #define GIB (1ull << 30)

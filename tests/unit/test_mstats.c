@@ -3,8 +3,8 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 
+#include "core/stats.h"
 #include "mstats.h"
-#include "stats.h"
 
 Test(mstats, reads_what_the_daemon_renders)
 {

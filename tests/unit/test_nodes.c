@@ -10,9 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core_int.h"
+#include "core/core_int.h"
 #include "helpers.h"
-#include "syncwait.h"
+#include "util/syncwait.h"
 
 static char *dir;
 static struct core *core;

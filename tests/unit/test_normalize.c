@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "augment.h"
-#include "normalize.h"
+#include "gpu/normalize.h"
 
 /* A 256 x 1 RGB image in which each channel takes all 256 values. */
 static void every_value(uint8_t rgb[256 * 3])

@@ -2,7 +2,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 
-#include "core.h"
+#include "core/core.h"
 #include "options.h"
 
 static int parse(struct options *o, char *err, ...)

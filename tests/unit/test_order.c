@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ns.h"
-#include "order.h"
+#include "core/ns/ns.h"
+#include "core/ns/order.h"
 
 static struct order *o;
 static uint32_t resets[16];

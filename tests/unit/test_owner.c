@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <stdio.h>
 
-#include "owner.h"
+#include "cluster/owner.h"
 
 static const char *const three[] = { "10.0.0.1:7070", "10.0.0.2:7070", "10.0.0.3:7070" };
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "path.h"
+#include "store/path.h"
 
 static char file[] = "/tmp/epochfs-mountinfo-XXXXXX";
 

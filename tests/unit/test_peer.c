@@ -16,12 +16,12 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
-#include "cluster.h"
-#include "core.h"
+#include "cluster/cluster.h"
+#include "cluster/peer.h"
+#include "core/core.h"
 #include "helpers.h"
-#include "manifest.h"
-#include "peer.h"
-#include "syncwait.h"
+#include "store/manifest.h"
+#include "util/syncwait.h"
 
 #define CHUNK (256u << 10)
 #define NFILES 30

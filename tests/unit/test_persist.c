@@ -13,9 +13,9 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#include "cache.h"
 #include "helpers.h"
-#include "persist.h"
+#include "store/cache.h"
+#include "store/persist.h"
 
 #define CHUNK 16384u       /* every test item is one whole piece of its file */
 #define CAP (1u << 20)

@@ -11,10 +11,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "core_int.h"
+#include "core/core_int.h"
+#include "core/prefetch.h"
 #include "helpers.h"
-#include "prefetch.h"
-#include "syncwait.h"
+#include "util/syncwait.h"
 
 #define NF 40
 #define FSIZE 10000

@@ -16,11 +16,11 @@
 #include <turbojpeg.h>
 
 #include "batch.h"
+#include "core/ns/prepdir.h"
 #include "folder.h"
 #include "helpers.h"
-#include "prepdir.h"
 #include "spec.h"
-#include "syncwait.h"
+#include "util/syncwait.h"
 
 #define SPEC "batch=4\nsize=16\nepochs=1\n"
 #define MEM (1u << 20)              /* group_opts.mem: one batch of SPEC is ~3 KB */

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proto.h"
+#include "cluster/proto.h"
 
 struct seen {
 	int frames;

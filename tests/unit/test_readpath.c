@@ -19,15 +19,15 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cache.h"
-#include "core_int.h"
+#include "core/core_int.h"
+#include "core/plan.h"
 #include "helpers.h"
-#include "index.h"
-#include "plan.h"
-#include "source.h"
-#include "staging.h"
-#include "syncwait.h"
-#include "tier.h"
+#include "store/cache.h"
+#include "store/index.h"
+#include "store/source.h"
+#include "store/staging.h"
+#include "store/tier.h"
+#include "util/syncwait.h"
 
 #define CHUNK (128u << 10)
 #define NFILES 3

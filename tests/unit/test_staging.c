@@ -7,7 +7,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "staging.h"
+#include "store/staging.h"
 
 static struct staging *st;
 static int rooms;

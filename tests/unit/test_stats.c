@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "stats.h"
+#include "core/stats.h"
 
 Test(stats, counters_render_in_both_formats)
 {

@@ -7,8 +7,8 @@
 #include <sys/statfs.h>
 
 #include "helpers.h"
-#include "path.h"
-#include "storage.h"
+#include "store/path.h"
+#include "store/storage.h"
 
 static char *dir;
 static int rootfd = -1;

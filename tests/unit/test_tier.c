@@ -11,8 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "syncwait.h"
-#include "tier.h"
+#include "store/tier.h"
+#include "util/syncwait.h"
 
 #define CHUNK 65536u
 static char dir[200], src[256];

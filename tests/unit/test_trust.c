@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "trust.h"
+#include "util/trust.h"
 
 #define NOBODY 65534
 

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "uring.h"
+#include "util/uring.h"
 
 #define FILE_LEN (1u << 20)
 #define PIECE 4096u

@@ -11,9 +11,9 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "core/watch.h"
 #include "helpers.h"
-#include "index.h"
-#include "watch.h"
+#include "store/index.h"
 
 static char *dir;
 static struct index *ix;

@@ -8,8 +8,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "worker.h"
+#include "util/clock.h"
+#include "util/worker.h"
 
 TestSuite(worker, .timeout = 10);
 

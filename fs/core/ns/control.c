@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "control.h"
+#include "core/ns/control.h"
 
 #define CONTROL_MAX_SNAPSHOTS 1024
 #define CONTROL_RENDER_MAX (1u << 20)

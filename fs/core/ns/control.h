@@ -18,7 +18,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "ns.h"
+#include "core/ns/ns.h"
 
 #define CONTROL_DIR_NAME ".epochfs"
 

@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "core.h"
+#include "core/core.h"
 
 #define NS_BIT_VIRTUAL (1ull << 63)         /* every node that is not the dataset's */
 #define NS_BIT_PREP (1ull << 62)            /* with VIRTUAL: .prep/ */

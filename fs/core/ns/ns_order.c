@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
-#include "core_int.h"
-#include "order.h"
+#include "core/core_int.h"
+#include "core/ns/order.h"
 
 static void attr_of(struct core *c, const struct order_attr *oa, struct core_attr *a)
 {

@@ -5,8 +5,8 @@
 #include <errno.h>
 #include <sys/stat.h>
 
-#include "core_int.h"
-#include "prepdir.h"
+#include "core/core_int.h"
+#include "core/ns/prepdir.h"
 
 static void attr_of(const struct prepdir_attr *pa, double valid, struct core_attr *a)
 {

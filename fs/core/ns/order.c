@@ -35,10 +35,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "clock.h"
-#include "log.h"
-#include "ns.h"
-#include "order.h"
+#include "core/ns/ns.h"
+#include "core/ns/order.h"
+#include "util/clock.h"
+#include "util/log.h"
 
 #define SEARCH 4096u                /* places past the head a read is looked for */
 #define NEAR 64u                    /* places around the last match looked at first */

@@ -21,8 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
-#include "prepdir_int.h"
+#include "core/ns/prepdir_int.h"
+#include "util/log.h"
 
 int prepdir_new(const struct prepdir_io *io, const struct group_opts *o, struct prepdir **out)
 {

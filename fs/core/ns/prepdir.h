@@ -39,8 +39,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "core/ns/ns.h"
 #include "group.h"
-#include "ns.h"
 
 #define PREPDIR_NAME ".prep"
 #define PREPDIR_MAX_GROUPS 64

@@ -9,7 +9,7 @@
 #include <limits.h>
 #include <pthread.h>
 
-#include "prepdir.h"
+#include "core/ns/prepdir.h"
 
 enum { K_DIR, K_GROUP, K_EPOCH, K_BATCH, K_SPEC, K_ERROR };      /* node kinds */
 

@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
-#include "prepdir_int.h"
+#include "core/ns/prepdir_int.h"
+#include "util/log.h"
 
 struct perr *pd_find_error(struct prepdir *pd, const char *name, size_t len)
 {
