@@ -8,7 +8,7 @@
 
 #include "core/core.h"
 #include "core/prefetch.h"
-#include "core/pressure.h"
+#include "core/memory.h"
 #include "options.h"
 #include "store/persist.h"
 #include "store/tier.h"

@@ -17,7 +17,7 @@
 #include "core/ns/order.h"
 #include "core/ns/prepdir.h"
 #include "core/prefetch.h"
-#include "core/pressure.h"
+#include "core/memory.h"
 #include "core/watch.h"
 #include "store/cache.h"
 #include "store/index.h"
@@ -507,7 +507,7 @@ int core_start(struct core *c)
 	settle_timeout(c);
 	if (c->opts.no_mem_watch) {
 		__atomic_store_n(&c->drop_copies, c->opts.page_cache == PAGE_CACHE_DROP, __ATOMIC_RELAXED);
-	} else if ((err = pressure_start(c, (enum page_cache_mode)c->opts.page_cache, &c->pressure)) < 0) {
+	} else if ((err = memory_start(c, (enum page_cache_mode)c->opts.page_cache, &c->memory)) < 0) {
 		log_error("cannot start the memory watcher: %s", strerror(-err));
 		return err;
 	}
@@ -547,7 +547,7 @@ void core_close(struct core *c)
 		c->nsources = 0;        /* the tier's and the peers' sources */
 	}
 	watch_stop(c->watch);
-	pressure_stop(c->pressure); /* it shrinks the cache: before the cache goes */
+	memory_stop(c->memory); /* it shrinks the cache: before the cache goes */
 	maint_stop(c->maint);
 	tier_free(c->tier);         /* its writes land first */
 	storage_free(c->st);

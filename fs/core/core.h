@@ -207,7 +207,7 @@ void core_probe_answer(struct core *c, void *cookie, int resident);
 
 /* Asks the adapter to drop the kernel's copy of data NODE's pages a moment
  * from now: the file was just read to its end and memory is too tight for
- * the kernel's page cache to hold the dataset (fs/core/pressure.h). Called
+ * the kernel's page cache to hold the dataset (fs/core/memory.h). Called
  * on read paths; must not block. Set before core_start(). */
 typedef void (*core_copy_fn)(void *arg, uint64_t node);
 void core_set_copy_drop(struct core *c, core_copy_fn fn, void *arg);

@@ -1,6 +1,6 @@
 /* core_int.h - the inside of struct core, for the core's own files only:
  * core.c (wiring and lifecycle), nodes.c and ns/ns_*.c (the namespaces),
- * read.c and plan.c (the read path), prefetch.c and pressure.c (its
+ * read.c and plan.c (the read path), prefetch.c and memory.c (its
  * threads), metrics.c (the catalogue of samples). Everything else sees the
  * opaque struct core of core.h. The modules' own types are declared, not
  * included: each file includes the headers of the modules it calls.
@@ -26,7 +26,7 @@ struct order;
 struct persist;
 struct prefetch;
 struct prepdir;
-struct pressure;
+struct memory;
 struct staging;
 struct storage;
 struct tier;
@@ -54,7 +54,7 @@ struct core {
 	struct order *order;        /* .epochfs/order/: the jobs' orders; NULL with --no-order */
 	struct staging *staging;    /* items fetched ahead that no cache kept; with the order */
 	struct prefetch *pf;        /* the thread that fetches along the orders; with the order */
-	struct pressure *pressure;  /* the memory watcher; NULL with --no-mem-watch */
+	struct memory *memory;      /* the memory budget's thread; NULL with --no-mem-watch */
 	struct httpd *httpd;        /* --metrics-addr's server; NULL: none */
 	int drop_copies;            /* atomic: ask the kernel to drop files' copies once read */
 	uint64_t man_files, man_unverified;     /* records bound; files it cannot check */

@@ -15,7 +15,7 @@
 #include "core/ns/order.h"
 #include "core/ns/prepdir.h"
 #include "core/prefetch.h"
-#include "core/pressure.h"
+#include "core/memory.h"
 #include "core/watch.h"
 #include "store/cache.h"
 #include "store/index.h"
@@ -163,9 +163,9 @@ int core_samples(struct core *c, struct sample *out, int max)
 	GAUGE("tier_adopted_bytes", "Bytes of them", ts.adopted_bytes);
 	GAUGE("tier_dropped", "SSD tier records not adopted (changed files, void, duplicates)", ts.dropped);
 	GAUGE("tier_direct", "1 when every tier directory is read with O_DIRECT", (uint64_t)ts.direct);
-	struct pressure_stats ms = { 0 };
-	if (c->pressure)
-		pressure_get_stats(c->pressure, &ms);
+	struct memory_stats ms = { 0 };
+	if (c->memory)
+		memory_get_stats(c->memory, &ms);
 	GAUGE("mem_limit_bytes", "Memory the daemon's cgroup (or machine) may use", ms.limit);
 	GAUGE("mem_room_bytes", "Of it, what is left: limit - anonymous, shared and mapped memory", ms.room);
 	GAUGE("mem_mapped_bytes", "Of the used memory, files mapped by processes (a job's libraries): "

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/pressure.h"
+#include "core/memory.h"
 #include "helpers.h"
 #include "util/memwatch.h"
 
@@ -162,77 +162,77 @@ Test(memwatch, garbage_is_an_error_not_a_number)
 /* ---- the policy ---- */
 
 /* A sample at T: LIMIT, pinned so that ROOM is left, REFAULTS so far. */
-static struct pressure_in at(double t, uint64_t limit, uint64_t room, uint64_t refaults)
+static struct memory_in at(double t, uint64_t limit, uint64_t room, uint64_t refaults)
 {
-	return (struct pressure_in){ .t = t, .dataset_bytes = 500 * MIB, .cache_capacity = 256 * MIB,
+	return (struct memory_in){ .t = t, .dataset_bytes = 500 * MIB, .cache_capacity = 256 * MIB,
 				     .cache_used = 256 * MIB,
 				     .mem = { .limit = limit, .pinned = limit - room, .refaults = refaults } };
 }
 
 Test(pressure, kernel_copies_are_kept_while_the_dataset_fits_in_the_room)
 {
-	struct pressure_policy p;
-	struct pressure_out o;
-	struct pressure_in in;
+	struct memory_policy p;
+	struct memory_out o;
+	struct memory_in in;
 
-	pressure_policy_init(&p, PAGE_CACHE_AUTO);
+	memory_policy_init(&p, PAGE_CACHE_AUTO);
 	in = at(0, 16 * GIB, 8 * GIB, 0);
-	pressure_step(&p, &in, &o);
+	memory_step(&p, &in, &o);
 	cr_expect_eq(o.drop_copies, 0);
-	cr_expect_eq(o.state, PRESSURE_CALM);
+	cr_expect_eq(o.state, MEMORY_CALM);
 	in = at(1, 16 * GIB, 400 * MIB, 0);         /* less room than the dataset */
-	pressure_step(&p, &in, &o);
+	memory_step(&p, &in, &o);
 	cr_expect_eq(o.drop_copies, 1);
 	cr_expect(o.changed);
 	in = at(2, 16 * GIB, 2 * GIB, 0);           /* over the dataset + the margin (1 GiB) + 10% */
-	pressure_step(&p, &in, &o);
+	memory_step(&p, &in, &o);
 	cr_expect_eq(o.drop_copies, 0);
 	/* Forced either way. */
-	pressure_policy_init(&p, PAGE_CACHE_KEEP);
+	memory_policy_init(&p, PAGE_CACHE_KEEP);
 	in = at(0, 16 * GIB, 100 * MIB, 0);
-	pressure_step(&p, &in, &o);
+	memory_step(&p, &in, &o);
 	cr_expect_eq(o.drop_copies, 0);
-	pressure_policy_init(&p, PAGE_CACHE_DROP);
+	memory_policy_init(&p, PAGE_CACHE_DROP);
 	in = at(0, 16 * GIB, 8 * GIB, 0);
-	pressure_step(&p, &in, &o);
+	memory_step(&p, &in, &o);
 	cr_expect_eq(o.drop_copies, 1);
 }
 
 Test(pressure, little_room_pauses_then_gives_back_then_calm_admits_again)
 {
-	struct pressure_policy p;
-	struct pressure_out o;
-	struct pressure_in in;
-	uint64_t reserve = pressure_reserve(GIB);   /* 32 MiB */
+	struct memory_policy p;
+	struct memory_out o;
+	struct memory_in in;
+	uint64_t reserve = memory_reserve(GIB);   /* 32 MiB */
 
 	cr_expect_eq(reserve, 32 * MIB);
-	pressure_policy_init(&p, PAGE_CACHE_AUTO);
+	memory_policy_init(&p, PAGE_CACHE_AUTO);
 	in = at(0, GIB, reserve - MIB, 0);
-	pressure_step(&p, &in, &o);
-	cr_expect_eq(o.state, PRESSURE_PAUSED);
+	memory_step(&p, &in, &o);
+	cr_expect_eq(o.state, MEMORY_PAUSED);
 	cr_expect_eq(o.give_back, 0);
 	in = at(1, GIB, reserve / 2 - MIB, 0);      /* OOM near: give back a step */
-	pressure_step(&p, &in, &o);
-	cr_expect_eq(o.state, PRESSURE_GIVING);
+	memory_step(&p, &in, &o);
+	cr_expect_eq(o.state, MEMORY_GIVING);
 	cr_expect_eq(o.give_back, 16 * MIB);
 	in = at(1.5, GIB, reserve / 2 - MIB, 0);    /* not again before 2 s */
-	pressure_step(&p, &in, &o);
+	memory_step(&p, &in, &o);
 	cr_expect_eq(o.give_back, 0);
 	in = at(3.5, GIB, reserve / 2 - MIB, 0);
-	pressure_step(&p, &in, &o);
+	memory_step(&p, &in, &o);
 	cr_expect_eq(o.give_back, 16 * MIB);
 	in = at(4, GIB, reserve, 0);                /* enough not to give, not to admit */
-	pressure_step(&p, &in, &o);
-	cr_expect_eq(o.state, PRESSURE_PAUSED);
+	memory_step(&p, &in, &o);
+	cr_expect_eq(o.state, MEMORY_PAUSED);
 	for (double t = 5; t < 5 + CALM_S; t += 1) {
 		in = at(t, GIB, 3 * reserve, 0);
-		pressure_step(&p, &in, &o);
-		cr_expect_eq(o.state, PRESSURE_PAUSED, "calm too soon at %.0f s", t);
+		memory_step(&p, &in, &o);
+		cr_expect_eq(o.state, MEMORY_PAUSED, "calm too soon at %.0f s", t);
 	}
 	in = at(5 + CALM_S, GIB, 3 * reserve, 0);
 	in.cache_used = 128 * MIB;                  /* what the give-backs left */
-	pressure_step(&p, &in, &o);
-	cr_expect_eq(o.state, PRESSURE_CALM);
+	memory_step(&p, &in, &o);
+	cr_expect_eq(o.state, MEMORY_CALM);
 	/* Having given back, it regrows only into the free room above twice
 	 * the reserve, not to its capacity: no refill into the same squeeze. */
 	cr_expect_eq(o.admit_limit, in.cache_used + reserve);
@@ -240,51 +240,51 @@ Test(pressure, little_room_pauses_then_gives_back_then_calm_admits_again)
 
 Test(pressure, paused_the_cache_grows_a_step_whenever_there_is_room)
 {
-	struct pressure_policy p;
-	struct pressure_out o;
-	struct pressure_in in;
-	uint64_t reserve = pressure_reserve(GIB);   /* 32 MiB */
+	struct memory_policy p;
+	struct memory_out o;
+	struct memory_in in;
+	uint64_t reserve = memory_reserve(GIB);   /* 32 MiB */
 
-	pressure_policy_init(&p, PAGE_CACHE_AUTO);
+	memory_policy_init(&p, PAGE_CACHE_AUTO);
 	in = at(0, GIB, reserve - MIB, 0);          /* paused early, 40 MiB held */
 	in.cache_used = 40 * MIB;
-	pressure_step(&p, &in, &o);
-	cr_assert_eq(o.state, PRESSURE_PAUSED);
+	memory_step(&p, &in, &o);
+	cr_assert_eq(o.state, MEMORY_PAUSED);
 	cr_expect_eq(o.admit_limit, 0, "no room: the limit stays");
 	/* A moment of room: one step (16 MiB) more, not the capacity. */
 	in = at(1, GIB, 2 * reserve + 100 * MIB, 0);
 	in.cache_used = 40 * MIB;
-	pressure_step(&p, &in, &o);
-	cr_expect_eq(o.state, PRESSURE_PAUSED, "calm needs CALM_S");
+	memory_step(&p, &in, &o);
+	cr_expect_eq(o.state, MEMORY_PAUSED, "calm needs CALM_S");
 	cr_expect_eq(o.admit_limit, 56 * MIB);
 	/* Less room than a step: only what there is. */
 	in = at(2, GIB, 2 * reserve + 4 * MIB, 0);
 	in.cache_used = 56 * MIB;
-	pressure_step(&p, &in, &o);
+	memory_step(&p, &in, &o);
 	cr_expect_eq(o.admit_limit, 60 * MIB);
 	/* Never past the capacity. */
 	in = at(3, GIB, 2 * reserve + 100 * MIB, 0);
 	in.cache_used = in.cache_capacity - MIB;
-	pressure_step(&p, &in, &o);
+	memory_step(&p, &in, &o);
 	cr_expect_eq(o.admit_limit, in.cache_capacity);
 }
 
 Test(pressure, a_tight_cgroup_that_refaults_a_little_is_left_alone)
 {
-	struct pressure_policy p;
-	struct pressure_out o;
-	struct pressure_in in;
+	struct memory_policy p;
+	struct memory_out o;
+	struct memory_in in;
 	uint64_t refaults = 0;
 
 	/* 40 MiB of room (over the 32 MiB reserve) and 700 refaults a second,
 	 * as part 7's job in good health: the cache keeps admitting up to its
 	 * capacity and gives nothing back, however long it lasts. */
-	pressure_policy_init(&p, PAGE_CACHE_AUTO);
+	memory_policy_init(&p, PAGE_CACHE_AUTO);
 	for (int t = 0; t < 60; t++) {
 		refaults += 700;
 		in = at(t, GIB, 40 * MIB, refaults);
-		pressure_step(&p, &in, &o);
-		cr_expect_eq(o.state, PRESSURE_CALM, "at %d s", t);
+		memory_step(&p, &in, &o);
+		cr_expect_eq(o.state, MEMORY_CALM, "at %d s", t);
 		cr_expect_eq(o.give_back, 0, "gave back at %d s", t);
 	}
 	cr_expect_eq(o.admit_limit, in.cache_capacity, "it never gave back: its whole capacity");
@@ -292,24 +292,24 @@ Test(pressure, a_tight_cgroup_that_refaults_a_little_is_left_alone)
 
 Test(pressure, a_squeezed_job_pauses_the_cache_then_gets_memory_back)
 {
-	struct pressure_policy p;
-	struct pressure_out o;
-	struct pressure_in in;
+	struct memory_policy p;
+	struct memory_out o;
+	struct memory_in in;
 	uint64_t refaults = 0;
 
-	pressure_policy_init(&p, PAGE_CACHE_AUTO);
+	memory_policy_init(&p, PAGE_CACHE_AUTO);
 	/* Room for neither the dataset nor much else, but above the reserve
 	 * (32 MiB): only the refaults tell that the job is being squeezed. */
 	in = at(0, GIB, 50 * MIB, refaults);
-	pressure_step(&p, &in, &o);
-	cr_expect_eq(o.state, PRESSURE_CALM);
+	memory_step(&p, &in, &o);
+	cr_expect_eq(o.state, MEMORY_CALM);
 	cr_expect_eq(o.drop_copies, 1);
 	int paused_at = -1, gave_at = -1;
 	for (int t = 1; t <= 20; t++) {
 		refaults += 3000;                   /* 3,000 pages a second come back */
 		in = at(t, GIB, 50 * MIB, refaults);
-		pressure_step(&p, &in, &o);
-		if (o.state == PRESSURE_PAUSED && paused_at < 0)
+		memory_step(&p, &in, &o);
+		if (o.state == MEMORY_PAUSED && paused_at < 0)
 			paused_at = t;
 		if (o.give_back && gave_at < 0)
 			gave_at = t;
@@ -318,28 +318,28 @@ Test(pressure, a_squeezed_job_pauses_the_cache_then_gets_memory_back)
 	cr_expect(gave_at >= paused_at + (int)SQUEEZE_GIVE_S, "gave back at %d s", gave_at);
 	/* The same refaults with 300 MiB of room are the kernel's own churn:
 	 * giving the cache back would not help. */
-	pressure_policy_init(&p, PAGE_CACHE_AUTO);
+	memory_policy_init(&p, PAGE_CACHE_AUTO);
 	refaults = 0;
 	for (int t = 0; t <= 20; t++) {
 		refaults += 3000;
 		in = at(t, GIB, 300 * MIB, refaults);
-		pressure_step(&p, &in, &o);
-		cr_expect_eq(o.state, PRESSURE_CALM, "not calm at %d s with room", t);
+		memory_step(&p, &in, &o);
+		cr_expect_eq(o.state, MEMORY_CALM, "not calm at %d s with room", t);
 	}
 	/* One burst (a library loaded at import) is not a squeeze. */
-	pressure_policy_init(&p, PAGE_CACHE_AUTO);
+	memory_policy_init(&p, PAGE_CACHE_AUTO);
 	in = at(0, GIB, 100 * MIB, 0);
-	pressure_step(&p, &in, &o);
+	memory_step(&p, &in, &o);
 	in = at(0.5, GIB, 100 * MIB, 100);
-	pressure_step(&p, &in, &o);
-	cr_expect_eq(o.state, PRESSURE_CALM);
+	memory_step(&p, &in, &o);
+	cr_expect_eq(o.state, MEMORY_CALM);
 }
 
 Test(pressure, for_room_alone_the_cache_gives_at_most_half)
 {
-	struct pressure_policy p;
-	struct pressure_out o;
-	struct pressure_in in;
+	struct memory_policy p;
+	struct memory_out o;
+	struct memory_in in;
 	uint64_t given = 0;
 
 	uint64_t refaults = 0;
@@ -347,21 +347,21 @@ Test(pressure, for_room_alone_the_cache_gives_at_most_half)
 	/* No room, counting 200 MiB of mapped pages, but they come back
 	 * slowly (20 a second): the kernel trims cold library pages, which
 	 * costs the job nothing. Paused, nothing given back. */
-	pressure_policy_init(&p, PAGE_CACHE_AUTO);
+	memory_policy_init(&p, PAGE_CACHE_AUTO);
 	for (int t = 0; t < 60; t++) {
 		refaults += 20;
 		in = at(t, GIB, 0, refaults);
 		in.mem.pinned = GIB - 200 * MIB;
 		in.mem.mapped = 200 * MIB;
-		pressure_step(&p, &in, &o);
+		memory_step(&p, &in, &o);
 		cr_expect_eq(o.give_back, 0, "gave back at %d s for a cheap trim", t);
-		cr_expect_neq(o.state, PRESSURE_CALM);
+		cr_expect_neq(o.state, MEMORY_CALM);
 	}
 	/* The same with the job's pages coming back at 1,000 a second (under
 	 * the squeeze threshold, over the critical one), mapped pages growing
 	 * into whatever is freed: half the capacity (128 MiB) goes, then no
 	 * more. */
-	pressure_policy_init(&p, PAGE_CACHE_AUTO);
+	memory_policy_init(&p, PAGE_CACHE_AUTO);
 	refaults = 0;
 	for (int t = 0; t < 120; t++) {
 		refaults += 1000;
@@ -369,7 +369,7 @@ Test(pressure, for_room_alone_the_cache_gives_at_most_half)
 		in.mem.pinned = GIB - 200 * MIB;
 		in.mem.mapped = 200 * MIB;
 		in.cache_used = 256 * MIB - given;
-		pressure_step(&p, &in, &o);
+		memory_step(&p, &in, &o);
 		given += o.give_back;
 	}
 	cr_expect_eq(given, 128 * MIB, "gave back %llu MiB", (unsigned long long)(given / MIB));
@@ -377,6 +377,6 @@ Test(pressure, for_room_alone_the_cache_gives_at_most_half)
 	in.mem.mapped = 0;
 	in.mem.pinned = GIB - 8 * MIB;
 	in.t += 3;
-	pressure_step(&p, &in, &o);
+	memory_step(&p, &in, &o);
 	cr_expect_gt(o.give_back, 0);
 }

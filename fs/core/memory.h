@@ -34,21 +34,21 @@
  * Room again (2 x RESERVE, no squeeze for CALM_S): the cache admits again,
  * up to its --cache-size; after a give-back, only into the free room.
  *
- * The policy is a pure function of samples (pressure_step), so tests drive
+ * The policy is a pure function of samples (memory_step), so tests drive
  * it with made-up numbers; the thread only feeds it and carries out what
  * it says.
  */
-#ifndef EPOCHFS_PRESSURE_H
-#define EPOCHFS_PRESSURE_H
+#ifndef EPOCHFS_MEMORY_H
+#define EPOCHFS_MEMORY_H
 
 #include <stdint.h>
 
 #include "util/memwatch.h"
 
 enum page_cache_mode { PAGE_CACHE_AUTO, PAGE_CACHE_KEEP, PAGE_CACHE_DROP };
-enum pressure_state { PRESSURE_CALM, PRESSURE_PAUSED, PRESSURE_GIVING };
+enum memory_state { MEMORY_CALM, MEMORY_PAUSED, MEMORY_GIVING };
 
-#define PRESSURE_PERIOD_S 0.5
+#define MEMORY_PERIOD_S 0.5
 #define SQUEEZE_REFAULTS_PER_S 2048.0   /* file pages refaulting: 8 MiB/s; the part 7 job
 					 * refaults ~700/s in a healthy tight cgroup, a squeezed
 					 * one thousands */
@@ -57,7 +57,7 @@ enum pressure_state { PRESSURE_CALM, PRESSURE_PAUSED, PRESSURE_GIVING };
 #define CALM_S 30.0                     /* no squeeze this long, and room: admit again */
 
 /* What the policy sees at one sample. */
-struct pressure_in {
+struct memory_in {
 	double t;                   /* seconds, monotonic */
 	struct mem_sample mem;
 	uint64_t dataset_bytes;     /* what the mount serves */
@@ -66,9 +66,9 @@ struct pressure_in {
 };
 
 /* What it decides. */
-struct pressure_out {
+struct memory_out {
 	int drop_copies;            /* ask the kernel to drop files' copies once read */
-	enum pressure_state state;
+	enum memory_state state;
 	uint64_t give_back;         /* bytes of cache to give back now (0: none) */
 	uint64_t admit_limit;       /* CALM: the cache may fill up to this; PAUSED with room
 				     * now: a step past what it holds; 0: keep the limit */
@@ -76,7 +76,7 @@ struct pressure_out {
 };
 
 /* The policy's memory between samples. */
-struct pressure_policy {
+struct memory_policy {
 	enum page_cache_mode mode;
 	int started;
 	double last_t;
@@ -88,24 +88,24 @@ struct pressure_policy {
 	int gave;                   /* the cache ever gave back: calm regrows into free room only */
 	uint64_t soft_given;        /* bytes given back for lack of room alone (capacity / 2 at most) */
 	int drop_copies;
-	enum pressure_state state;
+	enum memory_state state;
 };
 
-void pressure_policy_init(struct pressure_policy *p, enum page_cache_mode mode);
-void pressure_step(struct pressure_policy *p, const struct pressure_in *in, struct pressure_out *out);
+void memory_policy_init(struct memory_policy *p, enum page_cache_mode mode);
+void memory_step(struct memory_policy *p, const struct memory_in *in, struct memory_out *out);
 /* The room the policy keeps free: max(32 MiB, limit / 32). */
-uint64_t pressure_reserve(uint64_t limit);
+uint64_t memory_reserve(uint64_t limit);
 
 /* ---- the thread ---- */
 
 struct core;
-struct pressure;
+struct memory;
 
-struct pressure_stats {
+struct memory_stats {
 	uint64_t limit, room, mapped; /* gauges, bytes: the last sample */
 	uint64_t refaults_per_s;    /* gauge: the smoothed rate */
 	int drop_copies;            /* gauge */
-	enum pressure_state state;  /* gauge */
+	enum memory_state state;  /* gauge */
 	uint64_t given_back;        /* bytes of cache given back */
 	uint64_t pauses;            /* times admission was paused */
 };
@@ -113,8 +113,8 @@ struct pressure_stats {
 /* Starts watching for core C (whose cache, if any, it pauses and shrinks,
  * and whose drop_copies flag it sets). MODE as --page-cache. 0 and *OUT,
  * or -errno. */
-int pressure_start(struct core *c, enum page_cache_mode mode, struct pressure **out);
-void pressure_stop(struct pressure *p);
-void pressure_get_stats(struct pressure *p, struct pressure_stats *s);
+int memory_start(struct core *c, enum page_cache_mode mode, struct memory **out);
+void memory_stop(struct memory *p);
+void memory_get_stats(struct memory *p, struct memory_stats *s);
 
 #endif

@@ -1,8 +1,8 @@
 /* pressure.c - see pressure.h.
  *
  * DESIGN
- * - The thread wakes every PRESSURE_PERIOD_S (a sample reads three small
- *   files, about 30 us), feeds pressure_step() and carries out its answer:
+ * - The thread wakes every MEMORY_PERIOD_S (a sample reads three small
+ *   files, about 30 us), feeds memory_step() and carries out its answer:
  *   the core's drop_copies flag (read by the read path), the cache's limit
  *   (paused: the bytes used now; calm: the capacity) and give-backs.
  * - Refaults are smoothed over about 2.5 s, so one burst (a library loaded
@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "core/core_int.h"
-#include "core/pressure.h"
+#include "core/memory.h"
 #include "store/cache.h"
 #include "store/index.h"
 #include "util/clock.h"
@@ -30,14 +30,14 @@
 #define GIVE_EVERY_S 2.0
 #define SMOOTH_S 2.5
 
-uint64_t pressure_reserve(uint64_t limit)
+uint64_t memory_reserve(uint64_t limit)
 {
 	uint64_t r = limit / 32;
 
 	return r > 32 * MIB ? r : 32 * MIB;
 }
 
-void pressure_policy_init(struct pressure_policy *p, enum page_cache_mode mode)
+void memory_policy_init(struct memory_policy *p, enum page_cache_mode mode)
 {
 	memset(p, 0, sizeof(*p));
 	p->mode = mode;
@@ -46,11 +46,11 @@ void pressure_policy_init(struct pressure_policy *p, enum page_cache_mode mode)
 	p->drop_copies = mode == PAGE_CACHE_DROP;
 }
 
-void pressure_step(struct pressure_policy *p, const struct pressure_in *in, struct pressure_out *out)
+void memory_step(struct memory_policy *p, const struct memory_in *in, struct memory_out *out)
 {
-	uint64_t room = mem_room(&in->mem), reserve = pressure_reserve(in->mem.limit);
+	uint64_t room = mem_room(&in->mem), reserve = memory_reserve(in->mem.limit);
 	int drop = p->drop_copies, squeezed;
-	enum pressure_state st = p->state;
+	enum memory_state st = p->state;
 
 	if (p->started && in->t > p->last_t) {
 		double dt = in->t - p->last_t;
@@ -117,26 +117,26 @@ void pressure_step(struct pressure_policy *p, const struct pressure_in *in, stru
 		p->calm_since = -1;
 	}
 	switch (st) {
-	case PRESSURE_CALM:
+	case MEMORY_CALM:
 		if (critical)
-			st = PRESSURE_GIVING;
+			st = MEMORY_GIVING;
 		else if (room < reserve || squeezed)
-			st = PRESSURE_PAUSED;
+			st = MEMORY_PAUSED;
 		break;
-	case PRESSURE_PAUSED:
+	case MEMORY_PAUSED:
 		if (critical || squeezed_long)
-			st = PRESSURE_GIVING;
+			st = MEMORY_GIVING;
 		else if (p->calm_since >= 0 && in->t - p->calm_since >= CALM_S)
-			st = PRESSURE_CALM;
+			st = MEMORY_CALM;
 		break;
-	case PRESSURE_GIVING:
+	case MEMORY_GIVING:
 		if (!critical && !squeezed)
-			st = PRESSURE_PAUSED;
+			st = MEMORY_PAUSED;
 		break;
 	}
 
 	memset(out, 0, sizeof(*out));
-	if (st == PRESSURE_GIVING && in->cache_used && in->t - p->last_give >= GIVE_EVERY_S) {
+	if (st == MEMORY_GIVING && in->cache_used && in->t - p->last_give >= GIVE_EVERY_S) {
 		uint64_t step = in->cache_capacity / 32 > 16 * MIB ? in->cache_capacity / 32 : 16 * MIB;
 		out->give_back = step < in->cache_used ? step : in->cache_used;
 		p->last_give = in->t;
@@ -150,7 +150,7 @@ void pressure_step(struct pressure_policy *p, const struct pressure_in *in, stru
 	 * first policy gave back, calmed, refilled from storage and gave back
 	 * again, every 30 s). Paused or giving: what it holds (0 here: the
 	 * thread keeps the limit it set). */
-	if (st == PRESSURE_CALM) {
+	if (st == MEMORY_CALM) {
 		uint64_t lim = in->cache_capacity;
 		if (p->gave) {
 			uint64_t free_room = room > 2 * reserve ? room - 2 * reserve : 0;
@@ -158,7 +158,7 @@ void pressure_step(struct pressure_policy *p, const struct pressure_in *in, stru
 				lim = in->cache_used + free_room;
 		}
 		out->admit_limit = lim;
-	} else if (st == PRESSURE_PAUSED && !squeezed && room >= 2 * reserve) {
+	} else if (st == MEMORY_PAUSED && !squeezed && room >= 2 * reserve) {
 		/* Paused, but there is room right now: grow into it a step at a
 		 * time. Waiting for CALM_S of room left a cache paused early in
 		 * epoch 0 at a fifth of its size for good: a DataLoader's batches
@@ -177,27 +177,27 @@ void pressure_step(struct pressure_policy *p, const struct pressure_in *in, stru
 
 /* ---- the thread ---- */
 
-struct pressure {
+struct memory {
 	struct core *c;
 	struct memwatch *mw;
-	struct pressure_policy pol;
+	struct memory_policy pol;
 	uint64_t dataset;
 	struct worker w;            /* the thread; its lock guards st */
-	struct pressure_stats st;   /* w.lock */
+	struct memory_stats st;   /* w.lock */
 };
 
-static const char *state_name(enum pressure_state s)
+static const char *state_name(enum memory_state s)
 {
-	return s == PRESSURE_CALM ? "calm" : s == PRESSURE_PAUSED ? "paused" : "giving back";
+	return s == MEMORY_CALM ? "calm" : s == MEMORY_PAUSED ? "paused" : "giving back";
 }
 
-static void tick(struct pressure *p)
+static void tick(struct memory *p)
 {
 	struct core *c = p->c;
-	struct pressure_in in = { .t = clock_now(), .dataset_bytes = p->dataset };
-	struct pressure_out out;
+	struct memory_in in = { .t = clock_now(), .dataset_bytes = p->dataset };
+	struct memory_out out;
 	struct cache_stats cs = { 0 };
-	enum pressure_state was = p->pol.state;
+	enum memory_state was = p->pol.state;
 	uint64_t given = 0;
 
 	if (memwatch_sample(p->mw, &in.mem) < 0)
@@ -207,18 +207,18 @@ static void tick(struct pressure *p)
 		in.cache_capacity = cs.capacity;
 		in.cache_used = cs.used;
 	}
-	pressure_step(&p->pol, &in, &out);
+	memory_step(&p->pol, &in, &out);
 	__atomic_store_n(&c->drop_copies, out.drop_copies, __ATOMIC_RELAXED);
 	if (c->cache) {
-		if (out.state == PRESSURE_CALM)
+		if (out.state == MEMORY_CALM)
 			cache_set_limit(c->cache, out.admit_limit);
-		else if (was == PRESSURE_CALM)
+		else if (was == MEMORY_CALM)
 			/* Paused: nothing past what is resident already. The
 			 * prefaulted arena costs no more memory when filled, so
 			 * it stays open (pausing it only made misses: epochs at
 			 * 0.96 D in part 7, paused before the cache held D/2). */
 			cache_set_limit(c->cache, cs.used > cs.prefaulted ? cs.used : cs.prefaulted);
-		else if (out.state == PRESSURE_PAUSED && out.admit_limit > cs.limit)
+		else if (out.state == MEMORY_PAUSED && out.admit_limit > cs.limit)
 			cache_set_limit(c->cache, out.admit_limit);
 	}
 	int empties = 0;            /* given from the arena's unfilled pages, no item */
@@ -248,7 +248,7 @@ static void tick(struct pressure *p)
 				 "the cache is %s; files' copies in the kernel's page cache are %s",
 				 (unsigned long long)(room / MIB), (unsigned long long)(in.mem.limit / MIB),
 				 (unsigned long long)(p->dataset / MIB),
-				 out.state == PRESSURE_CALM ? "admitting" : state_name(out.state),
+				 out.state == MEMORY_CALM ? "admitting" : state_name(out.state),
 				 out.drop_copies ? "dropped once read" : "kept");
 	}
 	pthread_mutex_lock(&p->w.lock);
@@ -259,29 +259,29 @@ static void tick(struct pressure *p)
 	p->st.drop_copies = out.drop_copies;
 	p->st.state = out.state;
 	p->st.given_back += given;
-	if (was == PRESSURE_CALM && out.state != PRESSURE_CALM)
+	if (was == MEMORY_CALM && out.state != MEMORY_CALM)
 		p->st.pauses++;
 	pthread_mutex_unlock(&p->w.lock);
 }
 
-static void *pressure_main(void *arg)
+static void *memory_main(void *arg)
 {
-	struct pressure *p = arg;
+	struct memory *p = arg;
 
 	pthread_mutex_lock(&p->w.lock);
 	while (worker_running(&p->w)) {
 		pthread_mutex_unlock(&p->w.lock);
 		tick(p);
 		pthread_mutex_lock(&p->w.lock);
-		worker_wait(&p->w, PRESSURE_PERIOD_S);
+		worker_wait(&p->w, MEMORY_PERIOD_S);
 	}
 	pthread_mutex_unlock(&p->w.lock);
 	return NULL;
 }
 
-int pressure_start(struct core *c, enum page_cache_mode mode, struct pressure **out)
+int memory_start(struct core *c, enum page_cache_mode mode, struct memory **out)
 {
-	struct pressure *p = calloc(1, sizeof(*p));
+	struct memory *p = calloc(1, sizeof(*p));
 	struct index_totals t;
 	int err;
 
@@ -294,9 +294,9 @@ int pressure_start(struct core *c, enum page_cache_mode mode, struct pressure **
 	p->c = c;
 	index_totals(c->ix, &t);
 	p->dataset = t.bytes;
-	pressure_policy_init(&p->pol, mode);
+	memory_policy_init(&p->pol, mode);
 	tick(p);                    /* the first decision before the first read */
-	if ((err = worker_start(&p->w, 1, pressure_main, p)) < 0)
+	if ((err = worker_start(&p->w, 1, memory_main, p)) < 0)
 		goto out_destroy;
 	*out = p;
 	return 0;
@@ -309,7 +309,7 @@ out_free:
 	return err;
 }
 
-void pressure_stop(struct pressure *p)
+void memory_stop(struct memory *p)
 {
 	if (!p)
 		return;
@@ -319,7 +319,7 @@ void pressure_stop(struct pressure *p)
 	free(p);
 }
 
-void pressure_get_stats(struct pressure *p, struct pressure_stats *s)
+void memory_get_stats(struct memory *p, struct memory_stats *s)
 {
 	pthread_mutex_lock(&p->w.lock);
 	*s = p->st;
