@@ -44,7 +44,6 @@ struct drop {
 	double due;
 };
 
-#define DROP_DELAY_S 2.0
 #define DROP_QUEUE 65536            /* drops waiting at most; more are not queued */
 
 /* ---- what the kernel caches above the mount (the prefetcher asks) ---- */
@@ -122,7 +121,7 @@ static void on_copy_drop(void *arg, uint64_t node)
 		n->d = calloc(DROP_QUEUE, sizeof(*n->d));
 	if (n->d && n->dlen < DROP_QUEUE) {
 		n->d[(n->dhead + n->dlen) % DROP_QUEUE] = (struct drop){ .node = node,
-									   .due = clock_now() + DROP_DELAY_S };
+									   .due = clock_now() + core_copy_drop_delay(s->c) };
 		if (!n->dlen++)
 			worker_wake(&n->w);
 	}

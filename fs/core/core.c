@@ -589,6 +589,13 @@ void core_set_probe(struct core *c, core_probe_fn fn, void *arg)
 	c->probe_arg = arg;
 }
 
+double core_copy_drop_delay(const struct core *c)
+{
+	int ms = __atomic_load_n(&c->drop_delay_ms, __ATOMIC_RELAXED);
+
+	return (ms ? ms : MEMORY_DROP_CALM_MS) / 1000.0;
+}
+
 void core_set_copy_drop(struct core *c, core_copy_fn fn, void *arg)
 {
 	c->copy_fn = fn;

@@ -211,6 +211,10 @@ void core_probe_answer(struct core *c, void *cookie, int resident);
  * on read paths; must not block. Set before core_start(). */
 typedef void (*core_copy_fn)(void *arg, uint64_t node);
 void core_set_copy_drop(struct core *c, core_copy_fn fn, void *arg);
+/* How long after a file was read to its end its kernel copy should go:
+ * longer while memory is calm (a reader may come back to it), short under
+ * pressure (every copy in the kernel squeezes the job). Seconds. */
+double core_copy_drop_delay(const struct core *c);
 
 /* How long a check of an entry against SOURCE stays valid: --timeout, or
  * the CORE_TIMEOUT_* default settled by core_start(). Nothing in the kernel

@@ -57,6 +57,7 @@ struct core {
 	struct memory *memory;      /* the memory budget's thread; NULL with --no-mem-watch */
 	struct httpd *httpd;        /* --metrics-addr's server; NULL: none */
 	int drop_copies;            /* atomic: ask the kernel to drop files' copies once read */
+	int drop_delay_ms;          /* atomic: that long after (core_copy_drop_delay) */
 	uint64_t man_files, man_unverified;     /* records bound; files it cannot check */
 	struct source sources[CORE_MAX_SOURCES + 1];    /* tried in order; storage last (core_start) */
 	int nsources;

@@ -1,10 +1,12 @@
-/* pressure.c - see pressure.h.
+/* memory.c - the daemon's memory in one room: the policy and the thread
+ * that carries it out; see memory.h.
  *
  * DESIGN
  * - The thread wakes every MEMORY_PERIOD_S (a sample reads three small
  *   files, about 30 us), feeds memory_step() and carries out its answer:
- *   the core's drop_copies flag (read by the read path), the cache's limit
- *   (paused: the bytes used now; calm: the capacity) and give-backs.
+ *   the core's drop_copies flag (read by the read path), staging's limit,
+ *   the cache's limit (paused: the bytes used now; calm: the capacity,
+ *   less staging's share while a job sends its order) and give-backs.
  * - Refaults are smoothed over about 2.5 s, so one burst (a library loaded
  *   at import) is not taken for a squeeze; a squeeze counts only while the
  *   kernel copies are being dropped (memory is tight): with room for the
@@ -19,8 +21,10 @@
 
 #include "core/core_int.h"
 #include "core/memory.h"
+#include "core/ns/order.h"
 #include "store/cache.h"
 #include "store/index.h"
+#include "store/staging.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/memwatch.h"
@@ -170,6 +174,20 @@ void memory_step(struct memory_policy *p, const struct memory_in *in, struct mem
 		out->admit_limit = in->cache_used + grow < in->cache_capacity ?
 				   in->cache_used + grow : in->cache_capacity;
 	}
+	/* Staging, the cheapest memory to give up (its items are fetched again
+	 * if wanted), goes first: none under pressure. Calm, it is carved out
+	 * of the cache's budget while a job sends its order and the cache
+	 * cannot hold the dataset anyway, so cache and staging together stay
+	 * within --cache-size: on top of it, part 7's epochfs-run was OOM-killed
+	 * with 88 MiB beside the pipeline and a D/2 cache. */
+	if (st == MEMORY_CALM) {
+		out->staging_limit = in->staging_max;
+		uint64_t carve = 0;
+		if (in->orders && in->cache_capacity && in->cache_capacity < in->cache_need)
+			carve = in->staging_max < in->cache_capacity / 4 ? in->staging_max : in->cache_capacity / 4;
+		if (carve && out->admit_limit > in->cache_capacity - carve)
+			out->admit_limit = in->cache_capacity - carve;
+	}
 	out->changed = st != p->state || drop != p->drop_copies;
 	p->state = out->state = st;
 	p->drop_copies = out->drop_copies = drop;
@@ -206,8 +224,20 @@ static void tick(struct memory *p)
 		cache_get_stats(c->cache, &cs);
 		in.cache_capacity = cs.capacity;
 		in.cache_used = cs.used;
+		in.cache_need = c->cache_need;
+	}
+	if (c->staging) {
+		struct order_stats os;
+		in.staging_max = c->opts.prefetch_mem;
+		order_get_stats(c->order, &os);
+		in.orders = os.streams > 0;
 	}
 	memory_step(&p->pol, &in, &out);
+	if (c->staging)
+		staging_set_limit(c->staging, out.staging_limit);
+	/* Kernel copies next: the ones dropped go sooner under pressure. */
+	__atomic_store_n(&c->drop_delay_ms, out.state == MEMORY_CALM ? MEMORY_DROP_CALM_MS : MEMORY_DROP_TIGHT_MS,
+			 __ATOMIC_RELAXED);
 	__atomic_store_n(&c->drop_copies, out.drop_copies, __ATOMIC_RELAXED);
 	if (c->cache) {
 		if (out.state == MEMORY_CALM)

@@ -55,6 +55,8 @@ enum memory_state { MEMORY_CALM, MEMORY_PAUSED, MEMORY_GIVING };
 #define CRITICAL_REFAULTS_PER_S 256.0 /* with no room: the job's pages come back (1 MiB/s) */
 #define SQUEEZE_GIVE_S 10.0             /* squeezed this long while paused: give back */
 #define CALM_S 30.0                     /* no squeeze this long, and room: admit again */
+#define MEMORY_DROP_CALM_MS 2000        /* a kernel copy goes this long after its file was read */
+#define MEMORY_DROP_TIGHT_MS 200        /* ... while the cache is paused or giving back */
 
 /* What the policy sees at one sample. */
 struct memory_in {
@@ -63,6 +65,9 @@ struct memory_in {
 	uint64_t dataset_bytes;     /* what the mount serves */
 	uint64_t cache_capacity;    /* --cache-size (0: no cache) */
 	uint64_t cache_used;
+	uint64_t cache_need;        /* what the cache would take to hold the whole dataset */
+	uint64_t staging_max;       /* --prefetch-mem (0: no prefetch) */
+	int orders;                 /* a job sends its order (.epochfs/order/ streams) */
 };
 
 /* What it decides. */
@@ -72,6 +77,8 @@ struct memory_out {
 	uint64_t give_back;         /* bytes of cache to give back now (0: none) */
 	uint64_t admit_limit;       /* CALM: the cache may fill up to this; PAUSED with room
 				     * now: a step past what it holds; 0: keep the limit */
+	uint64_t staging_limit;     /* what the prefetcher may stage: --prefetch-mem when calm,
+				     * nothing under pressure */
 	int changed;                /* state or drop_copies changed at this step: log it */
 };
 
