@@ -56,7 +56,7 @@ import threading
 import time
 import weakref
 
-from . import _hook
+from . import _hook, _memory
 
 SAMPLE_FILES = 512          # files named in "start", for the storage probe (>= 4 s of a slow disk)
 WARM_FILES = 64             # files the warm run copies to memory, at most
@@ -171,66 +171,6 @@ def _read_all(paths, threads=4):
     for t in ts:
         t.join()
     return done[0]
-
-
-def _read_int(path):
-    with open(path) as f:
-        v = f.read().strip()
-    return None if v == "max" else int(v)
-
-
-def _stat_of(path, key):
-    try:
-        with open(path) as f:
-            for line in f:
-                k, _, v = line.partition(" ")
-                if k == key:
-                    return int(v)
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
-def mem_room():
-    """Bytes this process's memory cgroup (v1 or v2), or else the machine,
-    could still give: its limit less its usage, with the file pages no
-    process maps counted as free (the kernel drops them first)."""
-    room = None
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    room = int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        with open("/proc/self/cgroup") as f:
-            lines = [line.strip().split(":", 2) for line in f]
-    except OSError:
-        lines = []
-    for parts in lines:
-        if len(parts) != 3:
-            continue
-        try:
-            if "memory" in parts[1].split(","):
-                d = "/sys/fs/cgroup/memory" + parts[2]
-                lim, use = _read_int(d + "/memory.limit_in_bytes"), _read_int(d + "/memory.usage_in_bytes")
-                st = d + "/memory.stat"
-                inactive = (_stat_of(st, "total_inactive_file") + _stat_of(st, "total_active_file")
-                            - _stat_of(st, "total_mapped_file"))
-            elif parts[0] == "0" and parts[1] == "":
-                d = "/sys/fs/cgroup" + parts[2]
-                lim, use = _read_int(d + "/memory.max"), _read_int(d + "/memory.current")
-                st = d + "/memory.stat"
-                inactive = _stat_of(st, "inactive_file") + _stat_of(st, "active_file") - _stat_of(st, "file_mapped")
-            else:
-                continue
-        except (OSError, ValueError):
-            continue
-        if lim is not None and lim < 1 << 60 and use is not None:
-            free = max(0, lim - use + max(0, inactive))
-            room = free if room is None else min(room, free)
-    return room if room is not None else 1 << 30
 
 
 def _first_tensor(batch):
@@ -388,7 +328,7 @@ class Timer:
             return
         target = self.workers
         if self.worker_bytes > 0:
-            target = min(target, asked + int(mem_room() * 0.5 // self.worker_bytes))
+            target = min(target, asked + int(_memory.room() * 0.5 // self.worker_bytes))
         if target > asked:
             try:
                 loader.num_workers = target
@@ -473,7 +413,7 @@ class Timer:
             it._epochfs_preset = indices
         # The copies are memory the job's cgroup pays for and cannot
         # reclaim: at most a quarter of what is free now (before the workers).
-        budget = min(self.warm_bytes or (1 << 62), int(mem_room() * 0.25))
+        budget = min(self.warm_bytes or (1 << 62), int(_memory.room() * 0.25))
         want = self.steps or len(indices)
         window, steps = [], 0
         for b in indices[:want]:

@@ -53,9 +53,8 @@ import threading
 import time
 
 import epochfs
-from . import _mounts
+from . import _memory, _mounts
 from ._model import Profile
-from ._timing import mem_room
 from .run import job_env
 
 MODES = ("as-is", "warm", "compute", "crowd")
@@ -515,7 +514,7 @@ def analyze(opts, results, storage_bps, mount_stats, gpu=None):
     if cache_bytes is not None:
         kind, frac = "minio", cache_bytes / data_bytes if data_bytes else 0.0
     else:
-        kind, frac = "pagecache", min(1.0, mem_room() / data_bytes) if data_bytes else 1.0
+        kind, frac = "pagecache", min(1.0, _memory.room() / data_bytes) if data_bytes else 1.0
     u = comp["main_cpu"] / comp["steps"] if comp and comp.get("steps") else 0.0
     r = 0.0
     if asis and asis.get("daemon_cpu") is not None and asis.get("items"):
