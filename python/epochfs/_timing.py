@@ -36,11 +36,12 @@ loader's workers and ends the process with status 0:
            what is left is compute (DS-Analyzer's synthetic-data run, with
            no change to the script).
 
-Records go, one JSON object a line, to EPOCHFS_ANALYZE_OUT (appended):
-"start" (the loader's shape and a sample of its files), "warm", "epoch"
-(every epoch, measured or not), "window" (the measured totals, with the
-CPU seconds of the loader's workers and the main process, and the
-mount's counters before and after when EPOCHFS_ANALYZE_MOUNT is set).
+Records go, one JSON object a line, to EPOCHFS_ANALYZE_OUT (appended);
+their kinds and fields are declared in _records.py: "start" (the loader's
+shape and a sample of its files), "warm", "epoch" (every epoch, measured
+or not), "window" (the measured totals, with the CPU seconds of the
+loader's workers and the main process, and the mount's counters before
+and after when EPOCHFS_ANALYZE_MOUNT is set).
 
 In as-is mode nothing here draws from any random stream, and no batch,
 index or value the job sees changes. The warm run takes the measured
@@ -56,7 +57,7 @@ import threading
 import time
 import weakref
 
-from . import _hook, _memory
+from . import _hook, _memory, _records
 
 SAMPLE_FILES = 512          # files named in "start", for the storage probe (>= 4 s of a slow disk)
 WARM_FILES = 64             # files the warm run copies to memory, at most
@@ -299,15 +300,21 @@ class Timer:
 
     # ---- records ----------------------------------------------------------
 
-    def _write(self, rec):
-        rec["pid"] = os.getpid()
-        line = json.dumps(rec, sort_keys=True) + "\n"
-        with self.lock:
-            fd = os.open(self.out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, line.encode())
-            finally:
-                os.close(fd)
+    def _write(self, kind, **fields):
+        """Appends a record of KIND (a _records kind) with FIELDS. One that
+        cannot be made or written is said once on stderr and left out: the
+        job goes on, and the report says what it lacks."""
+        try:
+            line = _records.dumps(kind.make(**fields)).encode()
+            with self.lock:
+                fd = os.open(self.out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                try:
+                    os.write(fd, line)
+                finally:
+                    os.close(fd)
+        except (_records.RecordError, TypeError, ValueError, OSError) as e:
+            _hook._say("record:%s" % kind.name, "%s record not written (%s: %s)" % (kind.name, type(e).__name__, e),
+                       who="epochfs-analyze")
 
     def _mine(self, loader):
         if self.loader is None:
@@ -352,14 +359,15 @@ class Timer:
             cpus = len(os.sched_getaffinity(0))
         except (AttributeError, OSError):
             cpus = os.cpu_count() or 1
-        self._write({"ev": "start", "mode": "crowd" if self.crowd else self.mode,
-                     "workers": getattr(loader, "num_workers", 0), "workers_asked": self.workers_asked,
-                     "batch_size": getattr(loader, "batch_size", None), "steps_per_epoch": steps,
-                     "items_per_epoch": items, "dataset_items": n or None,
-                     "dataset": type(loader.dataset).__name__, "mapped": resolve is not None,
-                     "files": files, "mean_file_bytes": (sum(sizes) / len(sizes)) if sizes else None,
-                     "cpus": cpus, "persistent_workers": bool(getattr(loader, "persistent_workers", False)),
-                     "warmup": self.warmup, "epochs": self.epochs, "steps": self.steps})
+        batch_size = getattr(loader, "batch_size", None)
+        self._write(_records.START, mode="crowd" if self.crowd else self.mode,
+                    workers=int(getattr(loader, "num_workers", 0) or 0), workers_asked=self.workers_asked,
+                    batch_size=None if batch_size is None else int(batch_size), steps_per_epoch=steps,
+                    items_per_epoch=items, dataset_items=n or None,
+                    dataset=type(loader.dataset).__name__, mapped=resolve is not None,
+                    files=files, mean_file_bytes=(sum(sizes) / len(sizes)) if sizes else None,
+                    cpus=cpus, persistent_workers=bool(getattr(loader, "persistent_workers", False)),
+                    warmup=self.warmup, epochs=self.epochs, steps=self.steps)
 
     # ---- called by the hook -----------------------------------------------
 
@@ -407,7 +415,7 @@ class Timer:
         except Exception:
             indices = None
         if resolve is None or indices is None:
-            self._write({"ev": "warm", "mapped": False, "files": 0, "bytes": 0, "steps": 0, "seconds": 0.0})
+            self._write(_records.WARM, mapped=False, files=0, bytes=0, steps=0, seconds=0.0)
             return
         if how == "take":
             it._epochfs_preset = indices
@@ -436,8 +444,8 @@ class Timer:
         # The warming is not the job's: the epoch and the window start after it.
         self.cur["t0"] += dt
         self.win["t0"] += dt
-        self._write({"ev": "warm", "mapped": True, "files": copies, "bytes": nbytes, "steps": steps,
-                     "items": len(window), "seconds": dt, "of_steps": len(indices), "method": method})
+        self._write(_records.WARM, mapped=True, files=copies, bytes=nbytes, steps=steps, items=len(window),
+                    seconds=dt, of_steps=len(indices), method=method)
 
     def _to_memory(self, dataset, sample, window):
         """Copies the files of SAMPLE ((index, path) pairs) to a tmpfs
@@ -624,12 +632,12 @@ class Timer:
         if cur is None or cur.get("ended"):
             return
         cur["ended"] = True
-        rec = {"ev": "epoch", "epoch": cur["epoch"], "measured": cur["measured"], "complete": complete,
-               "seconds": now - cur["t0"], "wait": cur["wait"], "compute": now - cur["t0"] - cur["wait"],
-               "steps": cur["steps"], "items": cur["items"], "startup": cur["startup"]}
-        self._write(rec)
+        ep = {"epoch": cur["epoch"], "measured": cur["measured"], "complete": complete,
+              "seconds": now - cur["t0"], "wait": cur["wait"], "compute": now - cur["t0"] - cur["wait"],
+              "steps": cur["steps"], "items": cur["items"], "startup": cur["startup"]}
+        self._write(_records.EPOCH, **ep)
         if cur["measured"] and complete and self.win is not None:
-            self.win["epochs"].append(rec)
+            self.win["epochs"].append(ep)
             if not self.step_limit and len(self.win["epochs"]) >= self.epochs:
                 self._finish(cur["it"](), now, complete=True)
 
@@ -666,17 +674,17 @@ class Timer:
         st0 = win.get("steady_t0")
         steady = {"steady_seconds": now - st0, "steady_steps": steps - win["skip"],
                   "startup_seconds": st0 - win["t0"]} if st0 is not None and steps > win["skip"] else {}
-        self._write({"ev": "window", "mode": "crowd" if self.crowd else self.mode, "complete": complete,
-                     "seconds": secs, "worker_private_bytes": win.get("worker_private"), "alternate": alt,
-                     "wait": wait, "compute": secs - wait, "steps": steps, "items": items,
-                     "epochs_complete": len(eps), "worker_cpu": worker_cpu,
-                     "main_cpu": cpu1["self"] - cpu0["self"],
-                     "daemon_cpu": (d1 - win["daemon_cpu0"]) if d1 is not None and
-                     win["daemon_cpu0"] is not None else None,
-                     "stats_before": win["stats0"], "stats_after": stats1, "skip": win["skip"],
-                     "first_step_compute": win.get("first_compute"), "first_epoch": win["first_epoch"],
-                     "batch_shape": self.batch_shape[0] if self.batch_shape else None,
-                     "batch_dtype": self.batch_shape[1] if self.batch_shape else None, **steady})
+        self._write(_records.WINDOW, mode="crowd" if self.crowd else self.mode, complete=complete,
+                    seconds=secs, worker_private_bytes=win.get("worker_private"), alternate=alt,
+                    wait=wait, compute=secs - wait, steps=steps, items=items,
+                    epochs_complete=len(eps), worker_cpu=worker_cpu,
+                    main_cpu=cpu1["self"] - cpu0["self"],
+                    daemon_cpu=(d1 - win["daemon_cpu0"]) if d1 is not None and
+                    win["daemon_cpu0"] is not None else None,
+                    stats_before=win["stats0"], stats_after=stats1, skip=win["skip"],
+                    first_step_compute=win.get("first_compute"), first_epoch=win["first_epoch"],
+                    batch_shape=self.batch_shape[0] if self.batch_shape else None,
+                    batch_dtype=self.batch_shape[1] if self.batch_shape else None, **steady)
         if self.exit_when_done:
             self._exit(it)
 
