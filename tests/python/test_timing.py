@@ -96,12 +96,12 @@ class Timing(unittest.TestCase):
     def tearDown(self):
         if getattr(self, "timer", None) is not None:
             self.timer._clean()
-        _hook._timer[0] = None
+        _hook.set_timer(None)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def job(self, mode, workers=0, run_epochs=3, crowd=0, first_extra=0.0, **kw):
         timer = self.timer = _timing.Timer(self.out, mode, exit_when_done=False, workers=crowd, **kw)
-        _hook._timer[0] = timer
+        _hook.set_timer(timer)
         ds = self.ds = Files(list(self.files))
         loader = DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=workers)
         seen = []
@@ -114,7 +114,7 @@ class Timing(unittest.TestCase):
                 self.flags.append(float(x.min()))
                 time.sleep(COMPUTE + (first_extra if len(self.body) == 0 else 0.0))
                 self.body.append(time.perf_counter() - t0)
-        _hook._timer[0] = None
+        _hook.set_timer(None)
         # Every line the timer wrote is a record of the schema.
         recs, bad = _records.read(self.out)
         self.assertEqual(bad, [])
@@ -290,7 +290,7 @@ class Timing(unittest.TestCase):
         plain = [y.tolist() for _ in range(2) for _, y in DataLoader(ds, batch_size=BATCH, shuffle=True)]
         after_plain = torch.rand(1).item()
         torch.manual_seed(3)
-        _hook._timer[0] = _timing.Timer(self.out, "as-is", warmup=1, epochs=1, exit_when_done=False)
+        _hook.set_timer(_timing.Timer(self.out, "as-is", warmup=1, epochs=1, exit_when_done=False))
         timed = [y.tolist() for _ in range(2) for _, y in DataLoader(ds, batch_size=BATCH, shuffle=True)]
         self.assertEqual(plain, timed)
         self.assertEqual(after_plain, torch.rand(1).item())
