@@ -118,6 +118,16 @@ def _path_of_sample(s):
     return None
 
 
+def concat_part(cum, i):
+    """(k, j): index I of a ConcatDataset whose cumulative_sizes are CUM is
+    item J of its part K. A negative I counts from the end, as
+    ConcatDataset.__getitem__ has it (a part's own -1 is another item)."""
+    if i < 0:
+        i += cum[-1] if cum else 0
+    k = bisect.bisect_right(cum, i)
+    return k, i - (cum[k - 1] if k else 0)
+
+
 def _resolver(ds):
     """A function index -> path (or None) for dataset DS, or None if it
     cannot be mapped."""
@@ -138,8 +148,8 @@ def _resolver(ds):
         cum = list(ds.cumulative_sizes)
 
         def concat(i):
-            k = bisect.bisect_right(cum, i)
-            return parts[k](i - (cum[k - 1] if k else 0))
+            k, j = concat_part(cum, i)
+            return parts[k](j)
         return concat
     for attr in ("samples", "imgs", "files"):
         seq = getattr(ds, attr, None)

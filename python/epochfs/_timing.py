@@ -223,15 +223,14 @@ def _setter(ds):
         inner = _setter(ds.dataset)
         return None if inner is None else (lambda i, p: inner(int(ds.indices[i]), p))
     if isinstance(ds, ConcatDataset):
-        import bisect
         parts = [_setter(d) for d in ds.datasets]
         if any(x is None for x in parts):
             return None
         cum = list(ds.cumulative_sizes)
 
         def concat(i, p):
-            k = bisect.bisect_right(cum, i)
-            parts[k](i - (cum[k - 1] if k else 0), p)
+            k, j = _hook.concat_part(cum, i)
+            parts[k](j, p)
         return concat
     lists = [getattr(ds, a) for a in ("samples", "imgs", "files") if isinstance(getattr(ds, a, None), list)]
     if not lists:

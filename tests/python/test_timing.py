@@ -55,6 +55,32 @@ class BatchShape(unittest.TestCase):
         self.assertIsNone(_timing._batch_shape([1, 2]))
 
 
+@unittest.skipIf(torch is None, "torch is not installed")
+class Setter(unittest.TestCase):
+    def test_points_the_item_read(self):
+        # The warm run's setter changes the file of the very item ds[i]
+        # reads, through Subset and ConcatDataset, negative indices too;
+        # its label stays.
+        from torch.utils.data import ConcatDataset, Subset
+
+        class Leaf(Dataset):
+            def __init__(self, tag, n):
+                self.samples = [("/%s/%d.jpg" % (tag, k), k) for k in range(n)]
+
+            def __len__(self):
+                return len(self.samples)
+
+            def __getitem__(self, i):
+                return self.samples[i]
+        inner = Subset(ConcatDataset([Leaf("a", 3), Subset(Leaf("b", 4), [3, 1, 0])]), [5, 0, 4, 1])
+        ds = ConcatDataset([inner, Leaf("c", 2)])
+        put = _timing._setter(ds)
+        for i in range(-len(ds), len(ds)):
+            label = ds[i][1]
+            put(i, "/copy/%d.jpg" % i)
+            self.assertEqual(ds[i], ("/copy/%d.jpg" % i, label), i)
+
+
 class WarmSample(unittest.TestCase):
     def test_spread_across_sizes_within_budget(self):
         with tempfile.TemporaryDirectory() as d:
