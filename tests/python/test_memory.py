@@ -3,9 +3,13 @@ v2, the hybrid layout (v1's memory controller beside an empty v2 line), a
 container that sees its own cgroup at the root, no limit, and nothing
 readable at all. The figures are small and exact, so each rule shows: the
 least of MemAvailable and every limited cgroup's room, file pages no
-process maps counted free."""
+process maps counted free. And the analyzer, which reads memory through
+this module, loads neither the timer nor the hook."""
+import ast
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import unittest
 
@@ -99,6 +103,20 @@ class Room(unittest.TestCase):
     def test_this_machine(self):
         # Whatever this machine is: a positive number of bytes, no exception.
         self.assertGreater(_memory.room(), 0)
+
+
+class Layering(unittest.TestCase):
+    def test_the_analyzer_loads_no_part_of_the_job(self):
+        # epochfs-analyze reads memory and records through modules of their
+        # own: the timer and the hook, which live in the job, stay out.
+        code = "import sys, epochfs.analyze; print(sorted(m for m in sys.modules if m.startswith('epochfs.')))"
+        r = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, timeout=60,
+                           env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(_memory.__file__))))
+        loaded = ast.literal_eval(r.stdout)
+        self.assertIn("epochfs._memory", loaded)
+        self.assertIn("epochfs._records", loaded)
+        self.assertNotIn("epochfs._timing", loaded)
+        self.assertNotIn("epochfs._hook", loaded)
 
 
 if __name__ == "__main__":
