@@ -1,9 +1,10 @@
 """The hook epochfs-run puts into a Python process: every PyTorch DataLoader
 whose files lie under an epochfs mount tells the mount, at the start of
 each epoch, the order it will read them in. epochfs-analyze arms the same
-hook with a step timer (_timing.Timer): it is told when an iterator starts
-an epoch (and may hand it the epoch's indices, drawn already, through
-_epochfs_preset), and it wraps the iterator's __next__.
+hook with a step timer (_timing.Timer, armed with set_timer()): it is told
+when an iterator starts an epoch (and may hand it the epoch's indices,
+drawn already, through _epochfs_preset), and it wraps the iterator's
+__next__.
 
 The boot shim (_boot/sitecustomize.py) loads this module, under the private
 package name _epochfs_hook, once torch.utils.data.dataloader has run, and
@@ -71,10 +72,8 @@ _lock = threading.Lock()
 _counter = [0]
 _state = {"installed": False, "publish": False,
           "verbose": os.environ.get("EPOCHFS_RUN_VERBOSE") == "1",
-          "quiet": os.environ.get("EPOCHFS_RUN_QUIET") == "1"}
-# epochfs-analyze's step timer (_timing.Timer) when armed: told when an
-# iterator starts an epoch, given each epoch's indices, and wraps __next__.
-_timer = [None]
+          "quiet": os.environ.get("EPOCHFS_RUN_QUIET") == "1",
+          "timer": None}               # see set_timer()
 
 
 def _say(key, msg, who="epochfs-run"):
@@ -86,6 +85,29 @@ def _say(key, msg, who="epochfs-run"):
     sys.stderr.write("%s: %s\n" % (who, msg))
 
 
+# ---- the step timer --------------------------------------------------------
+
+def set_timer(timer):
+    """Arms TIMER in the hook, or with None disarms the one armed; returns
+    the timer armed before. The hook asks two things of a timer (as
+    _timing.Timer does them):
+      epoch_start(it, loader)  iterator IT of LOADER starts an epoch, before
+                               its workers start and before its first index
+                               is drawn (it may set it._epochfs_preset to
+                               the epoch's indices, drawn already);
+      next(it, orig)           in place of IT's __next__; ORIG(it) is
+                               torch's own, and fetches the batch.
+    Every DataLoader's iterators are handed to it: which it measures is
+    its own choice. One timer at a time."""
+    before, _state["timer"] = _state["timer"], timer
+    return before
+
+
+def current_timer():
+    """The timer armed (set_timer()), or None."""
+    return _state["timer"]
+
+
 # ---- indices to paths ------------------------------------------------------
 
 def _path_of_sample(s):
@@ -94,6 +116,16 @@ def _path_of_sample(s):
     if isinstance(s, (tuple, list)) and s and isinstance(s[0], (str, bytes, os.PathLike)):
         return os.fsdecode(s[0])
     return None
+
+
+def concat_part(cum, i):
+    """(k, j): index I of a ConcatDataset whose cumulative_sizes are CUM is
+    item J of its part K. A negative I counts from the end, as
+    ConcatDataset.__getitem__ has it (a part's own -1 is another item)."""
+    if i < 0:
+        i += cum[-1] if cum else 0
+    k = bisect.bisect_right(cum, i)
+    return k, i - (cum[k - 1] if k else 0)
 
 
 def _resolver(ds):
@@ -116,8 +148,8 @@ def _resolver(ds):
         cum = list(ds.cumulative_sizes)
 
         def concat(i):
-            k = bisect.bisect_right(cum, i)
-            return parts[k](i - (cum[k - 1] if k else 0))
+            k, j = concat_part(cum, i)
+            return parts[k](j)
         return concat
     for attr in ("samples", "imgs", "files"):
         seq = getattr(ds, attr, None)
@@ -441,7 +473,7 @@ def _patch(dataloader_module):
 
     def _reset(self, loader, *args, **kwargs):
         self._epochfs_loader = loader
-        timer = _timer[0]
+        timer = _state["timer"]
         # A persistent-workers loader starts its next epoch here, not in
         # __init__ (which calls _reset with first_iter=True).
         if timer is not None and not (args[:1] == (True,) or kwargs.get("first_iter")):
@@ -452,7 +484,7 @@ def _patch(dataloader_module):
 
     def __init__(self, loader, *args, **kwargs):
         self._epochfs_loader = loader
-        timer = _timer[0]
+        timer = _state["timer"]
         if timer is not None:
             timer.epoch_start(self, loader)
         orig_init(self, loader, *args, **kwargs)
@@ -460,7 +492,7 @@ def _patch(dataloader_module):
     orig_next = base.__next__
 
     def __next__(self):
-        timer = _timer[0]
+        timer = _state["timer"]
         if timer is not None:
             return timer.next(self, orig_next)
         if not _state["publish"]:
@@ -489,7 +521,7 @@ def install(publish=True, timer=None, dataloader=None):
     asks."""
     _state["publish"] = _state["publish"] or publish
     if timer is not None:
-        _timer[0] = timer
+        set_timer(timer)
     if _state["installed"]:
         return
     if dataloader is None:

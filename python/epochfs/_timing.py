@@ -36,11 +36,12 @@ loader's workers and ends the process with status 0:
            what is left is compute (DS-Analyzer's synthetic-data run, with
            no change to the script).
 
-Records go, one JSON object a line, to EPOCHFS_ANALYZE_OUT (appended):
-"start" (the loader's shape and a sample of its files), "warm", "epoch"
-(every epoch, measured or not), "window" (the measured totals, with the
-CPU seconds of the loader's workers and the main process, and the
-mount's counters before and after when EPOCHFS_ANALYZE_MOUNT is set).
+Records go, one JSON object a line, to EPOCHFS_ANALYZE_OUT (appended);
+their kinds and fields are declared in _records.py: "start" (the loader's
+shape and a sample of its files), "warm", "epoch" (every epoch, measured
+or not), "window" (the measured totals, with the CPU seconds of the
+loader's workers and the main process, and the mount's counters before
+and after when EPOCHFS_ANALYZE_MOUNT is set).
 
 In as-is mode nothing here draws from any random stream, and no batch,
 index or value the job sees changes. The warm run takes the measured
@@ -56,7 +57,7 @@ import threading
 import time
 import weakref
 
-from . import _hook
+from . import _hook, _memory, _records
 
 SAMPLE_FILES = 512          # files named in "start", for the storage probe (>= 4 s of a slow disk)
 WARM_FILES = 64             # files the warm run copies to memory, at most
@@ -173,66 +174,6 @@ def _read_all(paths, threads=4):
     return done[0]
 
 
-def _read_int(path):
-    with open(path) as f:
-        v = f.read().strip()
-    return None if v == "max" else int(v)
-
-
-def _stat_of(path, key):
-    try:
-        with open(path) as f:
-            for line in f:
-                k, _, v = line.partition(" ")
-                if k == key:
-                    return int(v)
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
-def mem_room():
-    """Bytes this process's memory cgroup (v1 or v2), or else the machine,
-    could still give: its limit less its usage, with the file pages no
-    process maps counted as free (the kernel drops them first)."""
-    room = None
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    room = int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        with open("/proc/self/cgroup") as f:
-            lines = [line.strip().split(":", 2) for line in f]
-    except OSError:
-        lines = []
-    for parts in lines:
-        if len(parts) != 3:
-            continue
-        try:
-            if "memory" in parts[1].split(","):
-                d = "/sys/fs/cgroup/memory" + parts[2]
-                lim, use = _read_int(d + "/memory.limit_in_bytes"), _read_int(d + "/memory.usage_in_bytes")
-                st = d + "/memory.stat"
-                inactive = (_stat_of(st, "total_inactive_file") + _stat_of(st, "total_active_file")
-                            - _stat_of(st, "total_mapped_file"))
-            elif parts[0] == "0" and parts[1] == "":
-                d = "/sys/fs/cgroup" + parts[2]
-                lim, use = _read_int(d + "/memory.max"), _read_int(d + "/memory.current")
-                st = d + "/memory.stat"
-                inactive = _stat_of(st, "inactive_file") + _stat_of(st, "active_file") - _stat_of(st, "file_mapped")
-            else:
-                continue
-        except (OSError, ValueError):
-            continue
-        if lim is not None and lim < 1 << 60 and use is not None:
-            free = max(0, lim - use + max(0, inactive))
-            room = free if room is None else min(room, free)
-    return room if room is not None else 1 << 30
-
-
 def _first_tensor(batch):
     """BATCH's first tensor-like member (the images of an (images, labels)
     batch), or what is left after four levels of lists and dicts."""
@@ -282,15 +223,14 @@ def _setter(ds):
         inner = _setter(ds.dataset)
         return None if inner is None else (lambda i, p: inner(int(ds.indices[i]), p))
     if isinstance(ds, ConcatDataset):
-        import bisect
         parts = [_setter(d) for d in ds.datasets]
         if any(x is None for x in parts):
             return None
         cum = list(ds.cumulative_sizes)
 
         def concat(i, p):
-            k = bisect.bisect_right(cum, i)
-            parts[k](i - (cum[k - 1] if k else 0), p)
+            k, j = _hook.concat_part(cum, i)
+            parts[k](j, p)
         return concat
     lists = [getattr(ds, a) for a in ("samples", "imgs", "files") if isinstance(getattr(ds, a, None), list)]
     if not lists:
@@ -359,15 +299,21 @@ class Timer:
 
     # ---- records ----------------------------------------------------------
 
-    def _write(self, rec):
-        rec["pid"] = os.getpid()
-        line = json.dumps(rec, sort_keys=True) + "\n"
-        with self.lock:
-            fd = os.open(self.out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, line.encode())
-            finally:
-                os.close(fd)
+    def _write(self, kind, **fields):
+        """Appends a record of KIND (a _records kind) with FIELDS. One that
+        cannot be made or written is said once on stderr and left out: the
+        job goes on, and the report says what it lacks."""
+        try:
+            line = _records.dumps(kind.make(**fields)).encode()
+            with self.lock:
+                fd = os.open(self.out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                try:
+                    os.write(fd, line)
+                finally:
+                    os.close(fd)
+        except (_records.RecordError, TypeError, ValueError, OSError) as e:
+            _hook._say("record:%s" % kind.name, "%s record not written (%s: %s)" % (kind.name, type(e).__name__, e),
+                       who="epochfs-analyze")
 
     def _mine(self, loader):
         if self.loader is None:
@@ -388,7 +334,7 @@ class Timer:
             return
         target = self.workers
         if self.worker_bytes > 0:
-            target = min(target, asked + int(mem_room() * 0.5 // self.worker_bytes))
+            target = min(target, asked + int(_memory.room() * 0.5 // self.worker_bytes))
         if target > asked:
             try:
                 loader.num_workers = target
@@ -412,14 +358,15 @@ class Timer:
             cpus = len(os.sched_getaffinity(0))
         except (AttributeError, OSError):
             cpus = os.cpu_count() or 1
-        self._write({"ev": "start", "mode": "crowd" if self.crowd else self.mode,
-                     "workers": getattr(loader, "num_workers", 0), "workers_asked": self.workers_asked,
-                     "batch_size": getattr(loader, "batch_size", None), "steps_per_epoch": steps,
-                     "items_per_epoch": items, "dataset_items": n or None,
-                     "dataset": type(loader.dataset).__name__, "mapped": resolve is not None,
-                     "files": files, "mean_file_bytes": (sum(sizes) / len(sizes)) if sizes else None,
-                     "cpus": cpus, "persistent_workers": bool(getattr(loader, "persistent_workers", False)),
-                     "warmup": self.warmup, "epochs": self.epochs, "steps": self.steps})
+        batch_size = getattr(loader, "batch_size", None)
+        self._write(_records.START, mode="crowd" if self.crowd else self.mode,
+                    workers=int(getattr(loader, "num_workers", 0) or 0), workers_asked=self.workers_asked,
+                    batch_size=None if batch_size is None else int(batch_size), steps_per_epoch=steps,
+                    items_per_epoch=items, dataset_items=n or None,
+                    dataset=type(loader.dataset).__name__, mapped=resolve is not None,
+                    files=files, mean_file_bytes=(sum(sizes) / len(sizes)) if sizes else None,
+                    cpus=cpus, persistent_workers=bool(getattr(loader, "persistent_workers", False)),
+                    warmup=self.warmup, epochs=self.epochs, steps=self.steps)
 
     # ---- called by the hook -----------------------------------------------
 
@@ -467,13 +414,13 @@ class Timer:
         except Exception:
             indices = None
         if resolve is None or indices is None:
-            self._write({"ev": "warm", "mapped": False, "files": 0, "bytes": 0, "steps": 0, "seconds": 0.0})
+            self._write(_records.WARM, mapped=False, files=0, bytes=0, steps=0, seconds=0.0)
             return
         if how == "take":
             it._epochfs_preset = indices
         # The copies are memory the job's cgroup pays for and cannot
         # reclaim: at most a quarter of what is free now (before the workers).
-        budget = min(self.warm_bytes or (1 << 62), int(mem_room() * 0.25))
+        budget = min(self.warm_bytes or (1 << 62), int(_memory.room() * 0.25))
         want = self.steps or len(indices)
         window, steps = [], 0
         for b in indices[:want]:
@@ -496,8 +443,8 @@ class Timer:
         # The warming is not the job's: the epoch and the window start after it.
         self.cur["t0"] += dt
         self.win["t0"] += dt
-        self._write({"ev": "warm", "mapped": True, "files": copies, "bytes": nbytes, "steps": steps,
-                     "items": len(window), "seconds": dt, "of_steps": len(indices), "method": method})
+        self._write(_records.WARM, mapped=True, files=copies, bytes=nbytes, steps=steps, items=len(window),
+                    seconds=dt, of_steps=len(indices), method=method)
 
     def _to_memory(self, dataset, sample, window):
         """Copies the files of SAMPLE ((index, path) pairs) to a tmpfs
@@ -684,12 +631,12 @@ class Timer:
         if cur is None or cur.get("ended"):
             return
         cur["ended"] = True
-        rec = {"ev": "epoch", "epoch": cur["epoch"], "measured": cur["measured"], "complete": complete,
-               "seconds": now - cur["t0"], "wait": cur["wait"], "compute": now - cur["t0"] - cur["wait"],
-               "steps": cur["steps"], "items": cur["items"], "startup": cur["startup"]}
-        self._write(rec)
+        ep = {"epoch": cur["epoch"], "measured": cur["measured"], "complete": complete,
+              "seconds": now - cur["t0"], "wait": cur["wait"], "compute": now - cur["t0"] - cur["wait"],
+              "steps": cur["steps"], "items": cur["items"], "startup": cur["startup"]}
+        self._write(_records.EPOCH, **ep)
         if cur["measured"] and complete and self.win is not None:
-            self.win["epochs"].append(rec)
+            self.win["epochs"].append(ep)
             if not self.step_limit and len(self.win["epochs"]) >= self.epochs:
                 self._finish(cur["it"](), now, complete=True)
 
@@ -726,17 +673,17 @@ class Timer:
         st0 = win.get("steady_t0")
         steady = {"steady_seconds": now - st0, "steady_steps": steps - win["skip"],
                   "startup_seconds": st0 - win["t0"]} if st0 is not None and steps > win["skip"] else {}
-        self._write({"ev": "window", "mode": "crowd" if self.crowd else self.mode, "complete": complete,
-                     "seconds": secs, "worker_private_bytes": win.get("worker_private"), "alternate": alt,
-                     "wait": wait, "compute": secs - wait, "steps": steps, "items": items,
-                     "epochs_complete": len(eps), "worker_cpu": worker_cpu,
-                     "main_cpu": cpu1["self"] - cpu0["self"],
-                     "daemon_cpu": (d1 - win["daemon_cpu0"]) if d1 is not None and
-                     win["daemon_cpu0"] is not None else None,
-                     "stats_before": win["stats0"], "stats_after": stats1, "skip": win["skip"],
-                     "first_step_compute": win.get("first_compute"), "first_epoch": win["first_epoch"],
-                     "batch_shape": self.batch_shape[0] if self.batch_shape else None,
-                     "batch_dtype": self.batch_shape[1] if self.batch_shape else None, **steady})
+        self._write(_records.WINDOW, mode="crowd" if self.crowd else self.mode, complete=complete,
+                    seconds=secs, worker_private_bytes=win.get("worker_private"), alternate=alt,
+                    wait=wait, compute=secs - wait, steps=steps, items=items,
+                    epochs_complete=len(eps), worker_cpu=worker_cpu,
+                    main_cpu=cpu1["self"] - cpu0["self"],
+                    daemon_cpu=(d1 - win["daemon_cpu0"]) if d1 is not None and
+                    win["daemon_cpu0"] is not None else None,
+                    stats_before=win["stats0"], stats_after=stats1, skip=win["skip"],
+                    first_step_compute=win.get("first_compute"), first_epoch=win["first_epoch"],
+                    batch_shape=self.batch_shape[0] if self.batch_shape else None,
+                    batch_dtype=self.batch_shape[1] if self.batch_shape else None, **steady)
         if self.exit_when_done:
             self._exit(it)
 

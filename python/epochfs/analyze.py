@@ -53,12 +53,11 @@ import threading
 import time
 
 import epochfs
-from . import _mounts
+from . import _memory, _mounts, _records
 from ._model import Profile
-from ._timing import mem_room
 from .run import job_env
 
-MODES = ("as-is", "warm", "compute", "crowd")
+MODES = _records.MODES
 CROWD_MIN_STEPS = 12        # steps each crowd phase must measure for its ratio (two blocks past their settling)
 WHAT_IF_KEYS = ("cache", "workers", "cores", "storage", "nodes", "jobs", "prefetch")
 
@@ -188,20 +187,6 @@ def parse_args(argv):
 
 # ---- the runs -----------------------------------------------------------------
 
-def read_records(path):
-    recs = []
-    try:
-        with open(path) as f:
-            for line in f:
-                try:
-                    recs.append(json.loads(line))
-                except ValueError:
-                    pass
-    except OSError:
-        pass
-    return recs
-
-
 def run_mode(opts, mode, mount, env0, say, crowd=None):
     """Runs COMMAND once in MODE; CROWD: crowd_plan()'s dict for the crowd
     run. Returns (exit status, the timer's records)."""
@@ -230,8 +215,13 @@ def run_mode(opts, mode, mount, env0, say, crowd=None):
     except OSError as e:
         os.unlink(out)
         raise UsageError("%s: %s" % (opts["command"][0], e.strerror))
-    recs = read_records(out)
+    recs, bad = _records.read(out)
     os.unlink(out)
+    # Not progress but a fault (the timer's or the file's): said even with -q.
+    for b in bad[:5]:
+        sys.stderr.write("epochfs-analyze: the %s run's records, %s; line left out\n" % (mode, b))
+    if len(bad) > 5:
+        sys.stderr.write("epochfs-analyze: the %s run's records: %d more lines left out\n" % (mode, len(bad) - 5))
     say("run %s: %.1f s, exit %d" % (mode, time.monotonic() - t0, rc))
     return rc, recs
 
@@ -320,7 +310,7 @@ def crowd_plan(results):
     the warm run and two batches in flight) fit."""
     start = None
     for m in MODES:
-        start = start or _first((results.get(m) or (0, []))[1], "start")
+        start = start or _records.first((results.get(m) or (0, []))[1], _records.START)
     if start is None:
         return None, "no run before it saw the job's DataLoader"
     w, c = start.get("workers") or 0, start.get("cpus") or 1
@@ -328,7 +318,7 @@ def crowd_plan(results):
         return None, "the DataLoader has no workers (it prepares in the main process)"
     if w >= 2 * c:
         return None, "the job has %d workers already, twice the %d CPUs or more" % (w, c)
-    warm = _first((results.get("warm") or (0, []))[1], "window") or {}
+    warm = _records.first((results.get("warm") or (0, []))[1], _records.WINDOW) or {}
     per = warm.get("worker_private_bytes") or 0
     dims, dtype = warm.get("batch_shape"), warm.get("batch_dtype") or ""
     if per and dims:
@@ -339,13 +329,6 @@ def crowd_plan(results):
                         else 4)
     workers = max(w, 2)
     return {"workers": workers, "cpus": max(1, min(c, workers // 2)), "worker_bytes": per}, None
-
-
-def _first(recs, ev):
-    for r in recs:
-        if r.get("ev") == ev:
-            return r
-    return None
 
 
 def per_epoch(win, steps_per_epoch):
@@ -375,8 +358,8 @@ def batch_shape(results):
     """(dims, dtype) of the measured loader's batches, from the runs'
     window records, or (None, None)."""
     for m in MODES:
-        for r in (results.get(m) or (0, []))[1]:
-            if r.get("ev") == "window" and r.get("batch_shape"):
+        for r in _records.of_kind((results.get(m) or (0, []))[1], _records.WINDOW):
+            if r.get("batch_shape"):
                 return r["batch_shape"], r.get("batch_dtype") or ""
     return None, None
 
@@ -413,18 +396,18 @@ def analyze(opts, results, storage_bps, mount_stats, gpu=None):
     start = None
     for m in MODES:
         if m in results:
-            start = _first(results[m][1], "start")
+            start = _records.first(results[m][1], _records.START)
             if start:
                 break
     if not start:
         return {"error": "no DataLoader was iterated: nothing to measure", "measured": {}}
-    seen = [dict(r, run=m) for m in MODES if m in results for r in results[m][1] if r.get("ev") == "epoch"]
+    seen = [dict(r, run=m) for m in MODES if m in results for r in _records.of_kind(results[m][1], _records.EPOCH)]
     S = start.get("steps_per_epoch") or 0
     N = start.get("items_per_epoch") or (S * (start.get("batch_size") or 1))
     W = start.get("workers") or 0
     C = start.get("cpus") or (os.cpu_count() or 1)
     item_bytes = start.get("mean_file_bytes") or 0.0
-    wins = {m: _first(results[m][1], "window") for m in results}
+    wins = {m: _records.first(results[m][1], _records.WINDOW) for m in results}
     asis, warm, comp = wins.get("as-is"), wins.get("warm"), wins.get("compute")
     rep = {"job": {"items_per_epoch": N, "steps_per_epoch": S, "workers": W, "cpus": C,
                    "batch_size": start.get("batch_size"), "dataset": start.get("dataset"),
@@ -434,7 +417,8 @@ def analyze(opts, results, storage_bps, mount_stats, gpu=None):
     T_a = per_epoch(asis, S)
     T_w = per_epoch(warm, S)
     crowd = None            # the crowd run's phases: calibrate()'s CROWD
-    cstart, alt = _first((results.get("crowd") or (0, []))[1], "start"), (wins.get("crowd") or {}).get("alternate")
+    cstart = _records.first((results.get("crowd") or (0, []))[1], _records.START)
+    alt = (wins.get("crowd") or {}).get("alternate")
     few = None              # the crowd run's phases measured too few steps for a ratio
     if (cstart and alt and alt["full_seconds"] > 0 and (cstart.get("workers") or 0) > alt["cpus_pinned"]):
         if min(alt["full_steps"], alt["pinned_steps"]) >= CROWD_MIN_STEPS:
@@ -515,15 +499,15 @@ def analyze(opts, results, storage_bps, mount_stats, gpu=None):
     if cache_bytes is not None:
         kind, frac = "minio", cache_bytes / data_bytes if data_bytes else 0.0
     else:
-        kind, frac = "pagecache", min(1.0, mem_room() / data_bytes) if data_bytes else 1.0
+        kind, frac = "pagecache", min(1.0, _memory.room() / data_bytes) if data_bytes else 1.0
     u = comp["main_cpu"] / comp["steps"] if comp and comp.get("steps") else 0.0
     r = 0.0
     if asis and asis.get("daemon_cpu") is not None and asis.get("items"):
         r = asis["daemon_cpu"] / asis["items"]
     startup = 0.0
     for m in ("warm", "as-is"):
-        for e in results.get(m, (0, []))[1]:
-            if e.get("ev") == "epoch" and e.get("measured") and e.get("startup") is not None and e["steps"]:
+        for e in _records.of_kind(results.get(m, (0, []))[1], _records.EPOCH):
+            if e["measured"] and e["startup"] is not None and e["steps"]:
                 startup = max(0.0, e["startup"] - e["seconds"] / e["steps"])
                 break
         if startup:
@@ -873,7 +857,7 @@ def main(argv=None):
     if storage_bps is None and not failed:
         start = None
         for mode in results:
-            start = start or _first(results[mode][1], "start")
+            start = start or _records.first(results[mode][1], _records.START)
         files = (start or {}).get("files") or []
         if mount and files:
             src = opts["source"] or find_source(mount, stats)

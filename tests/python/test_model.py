@@ -1,7 +1,9 @@
-"""epochfs-analyze's model arithmetic and option parsing (no torch needed)."""
+"""epochfs-analyze's model arithmetic, option parsing and report (no torch
+needed). The report's records are made through the timer's schema
+(_records), as the timer makes them."""
 import unittest
 
-from epochfs import analyze
+from epochfs import _records, analyze
 from epochfs._model import Profile, lru_hit, mva_throughput
 
 
@@ -217,17 +219,32 @@ class Options(unittest.TestCase):
                 analyze.parse_args(bad)
 
 
+def remake(rec, **change):
+    """REC with CHANGE, made again through the schema: every record the
+    analyzer is handed here is one the timer could have written."""
+    return _records.KINDS[rec["ev"]].make(**dict(rec, **change))
+
+
 class Report(unittest.TestCase):
     def records(self):
-        start = {"ev": "start", "steps_per_epoch": 100, "items_per_epoch": 1000, "workers": 2, "cpus": 2,
-                 "batch_size": 10, "dataset": "ImageFolder", "mean_file_bytes": 100e3, "files": []}
+        """Each run's start and window records: an epoch of 100 steps of 10
+        items on 2 workers and 2 CPUs, measured whole (no mount)."""
+        def start(mode):
+            return _records.START.make(
+                mode=mode, workers=2, workers_asked=None, batch_size=10, steps_per_epoch=100, items_per_epoch=1000,
+                dataset_items=1000, dataset="ImageFolder", mapped=True, files=[], mean_file_bytes=100e3, cpus=2,
+                persistent_workers=False, warmup=1 if mode == "as-is" else 0, epochs=1, steps=0)
 
-        def win(seconds, wait, worker_cpu, main_cpu=0.0):
-            return {"ev": "window", "seconds": seconds, "wait": wait, "compute": seconds - wait,
-                    "steps": 100, "items": 1000, "worker_cpu": worker_cpu, "main_cpu": main_cpu,
-                    "daemon_cpu": None, "complete": True, "epochs_complete": 1}
-        return {"as-is": (0, [start, win(8.0, 7.5, 10.0)]), "warm": (0, [start, win(5.5, 5.0, 10.0)]),
-                "compute": (0, [start, win(0.5, 0.01, 0.0, 0.4)])}
+        def win(mode, seconds, wait, worker_cpu, main_cpu=0.0):
+            return _records.WINDOW.make(
+                mode=mode, complete=True, seconds=seconds, wait=wait, compute=seconds - wait, steps=100, items=1000,
+                epochs_complete=1, skip=2, worker_cpu=worker_cpu, main_cpu=main_cpu, daemon_cpu=None,
+                stats_before=None, stats_after=None, worker_private_bytes=None, alternate=None,
+                first_epoch=1 if mode == "as-is" else 0, first_step_compute=(seconds - wait) / 100,
+                batch_shape=None, batch_dtype=None)
+        return {"as-is": (0, [start("as-is"), win("as-is", 8.0, 7.5, 10.0)]),
+                "warm": (0, [start("warm"), win("warm", 5.5, 5.0, 10.0)]),
+                "compute": (0, [start("compute"), win("compute", 0.5, 0.01, 0.0, 0.4)])}
 
     def test_breakdown_and_schema(self):
         rep = analyze.analyze({"what_if": [analyze.parse_what_if("cache=100%")]}, self.records(), 25e6,
@@ -251,7 +268,7 @@ class Report(unittest.TestCase):
         # most, the CPU side is anchored to the as-is epoch, and a note says so.
         recs = self.records()
         nothing = {"storage_read_bytes": 0, "cache_hit_bytes": 0}
-        asis = dict(recs["as-is"][1][1], seconds=5.0, wait=4.5, compute=0.5, stats_before=nothing,
+        asis = remake(recs["as-is"][1][1], seconds=5.0, wait=4.5, compute=0.5, stats_before=nothing,
                     stats_after=dict(nothing, cache_hit_bytes=100e6))
         recs["as-is"] = (0, [recs["as-is"][1][0], asis])
         rep = analyze.analyze({"what_if": []}, recs, 25e6, {"cache_capacity_bytes": 200e6})
@@ -264,7 +281,7 @@ class Report(unittest.TestCase):
         self.assertTrue(any("10% longer than the as-is" in n for n in rep["notes"]), rep.get("notes"))
         self.assertFalse(any("one-time costs of the job's start" in n for n in rep["notes"]))
         # Its first step, in the process's first epoch, took 1 s: said so.
-        warm = dict(recs["warm"][1][1], first_epoch=0, first_step_compute=1.0)
+        warm = remake(recs["warm"][1][1], first_epoch=0, first_step_compute=1.0)
         recs["warm"] = (0, [recs["warm"][1][0], warm])
         rep = analyze.analyze({"what_if": []}, recs, 25e6, {"cache_capacity_bytes": 200e6})
         self.assertTrue(any("first step took 1.00 s" in n for n in rep["notes"]), rep.get("notes"))
@@ -278,7 +295,7 @@ class Report(unittest.TestCase):
         # report also names the best change with the CPUs the job has.
         recs = self.records()
         for m in recs:
-            recs[m] = (0, [dict(recs[m][1][0], cpus=8)] + recs[m][1][1:])
+            recs[m] = (0, [remake(recs[m][1][0], cpus=8)] + recs[m][1][1:])
         rep = analyze.analyze({"what_if": []}, recs, 25e6, {"cache_capacity_bytes": 200e6})
         a = rep["advice"]
         self.assertIn("twice the CPU cores", a["change"])
@@ -293,9 +310,10 @@ class Report(unittest.TestCase):
         # 2.4x one on 2 CPUs: k fitted, in the report and its text; a crowd run the loader kept at its
         # own workers (no memory for more) fits nothing.
         recs = self.records()
-        start = dict(recs["warm"][1][0], workers=2, workers_asked=2, cpus=1)
-        win = dict(recs["warm"][1][1], alternate={"cpus_full": 2, "cpus_pinned": 1, "full_steps": 20,
-                                                  "full_seconds": 1.0, "pinned_steps": 20, "pinned_seconds": 2.4})
+        start = remake(recs["warm"][1][0], mode="crowd", workers=2, workers_asked=2, cpus=1)
+        win = remake(recs["warm"][1][1], mode="crowd", alternate={
+            "cpus_full": 2, "cpus_pinned": 1, "full_steps": 20, "full_seconds": 1.0, "pinned_steps": 20,
+            "pinned_seconds": 2.4})
         recs["crowd"] = (0, [start, win])
         rep = analyze.analyze({"what_if": []}, recs, 25e6, {"cache_capacity_bytes": 50e6})
         self.assertEqual((rep["model"]["crowd_workers"], rep["model"]["crowd_cpus"]), (2, 1))
@@ -307,12 +325,12 @@ class Report(unittest.TestCase):
         self.assertAlmostEqual((warm.scenario(cores=1).epoch_seconds() - p.startup)
                                / (warm.epoch_seconds() - p.startup), 2.4, places=3)
         w4 = [w for w in rep["what_if"] if w.get("workers") == 4 and "cores" not in w][0]
-        no_rate = dict(win, alternate=dict(win["alternate"], pinned_steps=analyze.CROWD_MIN_STEPS - 1))
+        no_rate = remake(win, alternate=dict(win["alternate"], pinned_steps=analyze.CROWD_MIN_STEPS - 1))
         recs["crowd"] = (0, [start, no_rate])
         few = analyze.analyze({"what_if": []}, recs, 25e6, {})
         self.assertIsNone(few["model"]["crowd_workers"])
         self.assertTrue(any("too few for a ratio" in n for n in few["notes"]), few.get("notes"))
-        recs["crowd"] = (0, [start, dict(win, alternate=None)])
+        recs["crowd"] = (0, [start, remake(win, alternate=None)])
         rep = analyze.analyze({"what_if": []}, recs, 25e6, {"cache_capacity_bytes": 50e6})
         self.assertIsNone(rep["model"]["crowd_workers"])
         self.assertEqual(rep["model"]["crowd"], 0.0)
@@ -351,16 +369,17 @@ class Report(unittest.TestCase):
         # by the warm run's worker and two batches in flight.
         recs = self.records()
         self.assertEqual(analyze.crowd_plan(recs), ({"workers": 2, "cpus": 1, "worker_bytes": 0}, None))
-        recs["warm"][1][1].update(worker_private_bytes=5e7, batch_shape=[10, 3, 8, 8], batch_dtype="float32")
+        recs["warm"][1][1] = remake(recs["warm"][1][1], worker_private_bytes=5e7, batch_shape=[10, 3, 8, 8],
+                                    batch_dtype="float32")
         for r in recs.values():
-            r[1][0]["workers"] = 1
+            r[1][0] = remake(r[1][0], workers=1)
         self.assertEqual(analyze.crowd_plan(recs)[0], {"workers": 2, "cpus": 1, "worker_bytes": 5e7 + 2 * 7680})
         for r in recs.values():
-            r[1][0].update(workers=6, cpus=8)
+            r[1][0] = remake(r[1][0], workers=6, cpus=8)
         self.assertEqual(analyze.crowd_plan(recs)[0]["cpus"], 3)
         for w in (0, 4):
             recs = self.records()
-            recs["as-is"][1][0]["workers"] = w
+            recs["as-is"][1][0] = remake(recs["as-is"][1][0], workers=w)
             got, why = analyze.crowd_plan({"as-is": recs["as-is"]})
             self.assertIsNone(got)
             self.assertTrue(why)

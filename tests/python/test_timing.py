@@ -3,7 +3,6 @@ the data wait and the compute of each step are split as they happened (the
 wait against the time __getitem__ took, the compute against the time the
 loop's body took, each measured by the test itself, within 5%).
 Skipped where torch is not installed."""
-import json
 import os
 import shutil
 import tempfile
@@ -16,7 +15,7 @@ try:
 except ImportError:                     # pragma: no cover
     torch = None
 
-from epochfs import _hook, _timing
+from epochfs import _hook, _records, _timing
 
 PREP = 0.004        # seconds per item in __getitem__
 COMPUTE = 0.010     # seconds per step in the training loop
@@ -54,6 +53,32 @@ class BatchShape(unittest.TestCase):
         self.assertEqual(_timing._batch_shape([T(), [1, 2]]), ([64, 3, 224, 224], "float32"))
         self.assertEqual(_timing._batch_shape({"image": T()}), ([64, 3, 224, 224], "float32"))
         self.assertIsNone(_timing._batch_shape([1, 2]))
+
+
+@unittest.skipIf(torch is None, "torch is not installed")
+class Setter(unittest.TestCase):
+    def test_points_the_item_read(self):
+        # The warm run's setter changes the file of the very item ds[i]
+        # reads, through Subset and ConcatDataset, negative indices too;
+        # its label stays.
+        from torch.utils.data import ConcatDataset, Subset
+
+        class Leaf(Dataset):
+            def __init__(self, tag, n):
+                self.samples = [("/%s/%d.jpg" % (tag, k), k) for k in range(n)]
+
+            def __len__(self):
+                return len(self.samples)
+
+            def __getitem__(self, i):
+                return self.samples[i]
+        inner = Subset(ConcatDataset([Leaf("a", 3), Subset(Leaf("b", 4), [3, 1, 0])]), [5, 0, 4, 1])
+        ds = ConcatDataset([inner, Leaf("c", 2)])
+        put = _timing._setter(ds)
+        for i in range(-len(ds), len(ds)):
+            label = ds[i][1]
+            put(i, "/copy/%d.jpg" % i)
+            self.assertEqual(ds[i], ("/copy/%d.jpg" % i, label), i)
 
 
 class WarmSample(unittest.TestCase):
@@ -97,12 +122,12 @@ class Timing(unittest.TestCase):
     def tearDown(self):
         if getattr(self, "timer", None) is not None:
             self.timer._clean()
-        _hook._timer[0] = None
+        _hook.set_timer(None)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def job(self, mode, workers=0, run_epochs=3, crowd=0, first_extra=0.0, **kw):
         timer = self.timer = _timing.Timer(self.out, mode, exit_when_done=False, workers=crowd, **kw)
-        _hook._timer[0] = timer
+        _hook.set_timer(timer)
         ds = self.ds = Files(list(self.files))
         loader = DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=workers)
         seen = []
@@ -115,13 +140,14 @@ class Timing(unittest.TestCase):
                 self.flags.append(float(x.min()))
                 time.sleep(COMPUTE + (first_extra if len(self.body) == 0 else 0.0))
                 self.body.append(time.perf_counter() - t0)
-        _hook._timer[0] = None
-        with open(self.out) as f:
-            recs = [json.loads(line) for line in f]
+        _hook.set_timer(None)
+        # Every line the timer wrote is a record of the schema.
+        recs, bad = _records.read(self.out)
+        self.assertEqual(bad, [])
         return ds, recs, seen
 
     def window(self, recs):
-        w = [r for r in recs if r["ev"] == "window"]
+        w = _records.of_kind(recs, _records.WINDOW)
         self.assertEqual(len(w), 1, recs)
         return w[0]
 
@@ -139,7 +165,7 @@ class Timing(unittest.TestCase):
         self.assertLess(abs(w["compute"] - body) / body, 0.05, (w, body))
         self.assertGreater(w["compute"], steps * COMPUTE)
         self.assertEqual(sorted(seen[:ITEMS]), list(range(ITEMS)))
-        ep = [r for r in recs if r["ev"] == "epoch"]
+        ep = _records.of_kind(recs, _records.EPOCH)
         self.assertFalse(ep[0]["measured"])
         self.assertTrue(ep[1]["measured"])
 
@@ -164,7 +190,7 @@ class Timing(unittest.TestCase):
         _, recs, _ = self.job("as-is", warmup=0, steps=7)
         w = self.window(recs)
         self.assertEqual(w["steps"], 7)
-        self.assertFalse(any(r["ev"] == "epoch" and r["epoch"] > 0 and r["measured"] for r in recs))
+        self.assertFalse(any(r["epoch"] > 0 and r["measured"] for r in _records.of_kind(recs, _records.EPOCH)))
 
     def test_compute_replays(self):
         ds, recs, seen = self.job("compute", run_epochs=2, replay=2)
@@ -197,7 +223,7 @@ class Timing(unittest.TestCase):
 
     def test_warm_points_the_window_at_copies(self):
         _, recs, _ = self.job("warm", run_epochs=1, warm_bytes=20 * 1000)
-        warm = [r for r in recs if r["ev"] == "warm"][0]
+        warm = _records.of_kind(recs, _records.WARM)[0]
         self.assertTrue(warm["mapped"])
         if warm["method"] != "tmpfs":
             self.skipTest("no /dev/shm here")
@@ -215,7 +241,7 @@ class Timing(unittest.TestCase):
     def test_warm_reaches_the_workers(self):
         # The copies are made before the workers are forked: they read them.
         _, recs, seen = self.job("warm", workers=2, run_epochs=1, warm_bytes=20 * 1000)
-        warm = [r for r in recs if r["ev"] == "warm"][0]
+        warm = _records.of_kind(recs, _records.WARM)[0]
         if warm["method"] != "tmpfs":
             self.skipTest("no /dev/shm here")
         self.assertEqual(self.flags, [1.0] * (ITEMS // BATCH))
@@ -225,13 +251,13 @@ class Timing(unittest.TestCase):
         # The warm run with 3 workers for the loader's 1; its items and
         # labels as in any warm run; a worker's memory is recorded.
         _, recs, seen = self.job("crowd", workers=1, run_epochs=1, warm_bytes=20 * 1000, crowd=3)
-        start = [r for r in recs if r["ev"] == "start"][0]
+        start = _records.of_kind(recs, _records.START)[0]
         self.assertEqual((start["mode"], start["workers"], start["workers_asked"]), ("crowd", 3, 1))
         w = self.window(recs)
         self.assertEqual((w["mode"], w["steps"]), ("crowd", ITEMS // BATCH))
         self.assertGreater(w["worker_private_bytes"], 1 << 20)
         self.assertEqual(sorted(seen), list(range(ITEMS)))
-        self.assertTrue([r for r in recs if r["ev"] == "warm"])
+        self.assertTrue(_records.of_kind(recs, _records.WARM))
 
     def test_crowd_alternates_cpus(self):
         # The crowd run's steps alternate between all CPUs and CPU 0 (blocks
@@ -266,12 +292,12 @@ class Timing(unittest.TestCase):
         # No memory for one more worker of this size: the loader keeps its own;
         # a loader without workers is never given any.
         _, recs, _ = self.job("crowd", workers=1, run_epochs=1, crowd=3, worker_bytes=1 << 60)
-        start = [r for r in recs if r["ev"] == "start"][0]
+        start = _records.of_kind(recs, _records.START)[0]
         self.assertEqual((start["workers"], start["workers_asked"]), (1, 1))
         self.timer._clean()
         os.unlink(self.out)
         _, recs, _ = self.job("crowd", workers=0, run_epochs=1, crowd=3)
-        start = [r for r in recs if r["ev"] == "start"][0]
+        start = _records.of_kind(recs, _records.START)[0]
         self.assertEqual(start["workers"], 0)
 
     def test_workers_cpu_counted(self):
@@ -279,7 +305,7 @@ class Timing(unittest.TestCase):
         w = self.window(recs)
         self.assertEqual(w["steps"], ITEMS // BATCH)
         self.assertGreater(w["worker_cpu"], 0.0)
-        start = [r for r in recs if r["ev"] == "start"][0]
+        start = _records.of_kind(recs, _records.START)[0]
         self.assertEqual(start["workers"], 2)
         self.assertEqual(start["steps_per_epoch"], ITEMS // BATCH)
         self.assertEqual(len(start["files"]), min(_timing.SAMPLE_FILES, ITEMS))
@@ -290,7 +316,7 @@ class Timing(unittest.TestCase):
         plain = [y.tolist() for _ in range(2) for _, y in DataLoader(ds, batch_size=BATCH, shuffle=True)]
         after_plain = torch.rand(1).item()
         torch.manual_seed(3)
-        _hook._timer[0] = _timing.Timer(self.out, "as-is", warmup=1, epochs=1, exit_when_done=False)
+        _hook.set_timer(_timing.Timer(self.out, "as-is", warmup=1, epochs=1, exit_when_done=False))
         timed = [y.tolist() for _ in range(2) for _, y in DataLoader(ds, batch_size=BATCH, shuffle=True)]
         self.assertEqual(plain, timed)
         self.assertEqual(after_plain, torch.rand(1).item())
