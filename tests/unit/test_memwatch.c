@@ -380,3 +380,48 @@ Test(pressure, for_room_alone_the_cache_gives_at_most_half)
 	memory_step(&p, &in, &o);
 	cr_expect_gt(o.give_back, 0);
 }
+
+/* Staging is the first to go: none while the cache is paused or giving
+ * back; --prefetch-mem when calm, carved out of the cache's budget while a
+ * job sends its order and the cache cannot hold the dataset. */
+Test(pressure, staging_goes_first_and_is_carved_out_of_the_cache)
+{
+	struct memory_policy p;
+	struct memory_out o;
+	struct memory_in in;
+	uint64_t reserve = memory_reserve(GIB);
+
+	memory_policy_init(&p, PAGE_CACHE_AUTO);
+	in = at(0, GIB, 600 * MIB, 0);
+	in.cache_used = 100 * MIB;
+	in.cache_need = 520 * MIB;
+	in.staging_max = 64 * MIB;
+	memory_step(&p, &in, &o);
+	cr_expect_eq(o.state, MEMORY_CALM);
+	cr_expect_eq(o.staging_limit, 64 * MIB);
+	cr_expect_eq(o.admit_limit, 256 * MIB, "no order: the cache keeps its whole budget");
+	in.orders = 1;
+	in.t = 1;
+	memory_step(&p, &in, &o);
+	cr_expect_eq(o.staging_limit, 64 * MIB);
+	cr_expect_eq(o.admit_limit, 192 * MIB, "cache + staging exceed --cache-size");
+	/* A cache that holds the whole dataset stages nothing: no carve. */
+	in.cache_need = 200 * MIB;
+	in.t = 2;
+	memory_step(&p, &in, &o);
+	cr_expect_eq(o.admit_limit, 256 * MIB);
+	/* At most a quarter of the cache is carved. */
+	in.cache_need = 520 * MIB;
+	in.staging_max = 200 * MIB;
+	in.t = 3;
+	memory_step(&p, &in, &o);
+	cr_expect_eq(o.admit_limit, 192 * MIB);
+	/* Pressure: staging goes, before the cache does. */
+	in = at(4, GIB, reserve - MIB, 0);
+	in.staging_max = 64 * MIB;
+	in.orders = 1;
+	memory_step(&p, &in, &o);
+	cr_expect_eq(o.state, MEMORY_PAUSED);
+	cr_expect_eq(o.staging_limit, 0);
+	cr_expect_eq(o.give_back, 0);
+}
