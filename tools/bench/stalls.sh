@@ -12,8 +12,13 @@
 #   epochfs the job on an epochfs mount with --cache-size D/2, the daemon in
 #           the same cgroup;
 #   run     the same under epochfs-run (the job's order goes to the mount),
-#           with the same total memory: --cache-size D/2 - P and
-#           --prefetch-mem P (STALL_PREFETCH_MB, default 16);
+#           with the same total memory and --cache-size D/2 (the daemon
+#           carves its staging, --prefetch-mem P, out of it; STALL_PREFETCH_MB,
+#           default 16);
+#   split, runsplit  epochfs and run with the daemon in a memory cgroup of
+#           its own (a systemd unit, a DaemonSet beside the training pod):
+#           the daemon's limit D/2 + STALL_DAEMON_SLACK_MB (32), the job's the
+#           rest of the same total;
 #   reader  fio-style, once per disk speed: one thread reading whole files
 #           in a fresh shuffled order (tools/bench/order_reader.py) on the
 #           run configuration's mount, without its order told ("reader")
@@ -73,6 +78,7 @@ fi
 
 . tools/bench/lib.sh
 MEMCG=$MEMROOT/epochfs-stalls-$$
+MEMCG_D=$MEMROOT/epochfs-stalls-daemon-$$       # split: the daemon's own
 BLKCG=$BLKROOT/epochfs-stalls-$$
 CPUCG=/sys/fs/cgroup/cpuacct/epochfs-stalls-$$   # CPU of job + daemon, when there
 SHM=/dev/shm/epochfs-stalls-$$
@@ -81,16 +87,17 @@ bench_cleanup_more() {
 	rm -rf "$SHM"
 	[ -n "${LOOPMNT:-}" ] && { umount "$LOOPMNT" 2>/dev/null || umount -l "$LOOPMNT"; }
 	for _ in $(seq 50); do
-		rmdir "$MEMCG" "$BLKCG" "$CPUCG" 2>/dev/null
-		[ -d "$MEMCG" ] || [ -d "$BLKCG" ] || [ -d "$CPUCG" ] || break
+		rmdir "$MEMCG" "$MEMCG_D" "$BLKCG" "$CPUCG" 2>/dev/null
+		[ -d "$MEMCG" ] || [ -d "$MEMCG_D" ] || [ -d "$BLKCG" ] || [ -d "$CPUCG" ] || break
 		sleep 0.1
 	done
 }
 bench_init stalls
 ROWS=${STALL_ROWS:-$W/rows}    # kept after the run when set
-mkdir -p "$MEMCG" "$BLKCG"
+mkdir -p "$MEMCG" "$MEMCG_D" "$BLKCG"
 mkdir "$CPUCG" 2>/dev/null || CPUCG=
 CGS="$MEMCG $BLKCG $CPUCG"
+DAEMON_CGS=$CGS                 # split: "$MEMCG_D $BLKCG $CPUCG"
 
 thrash_dataset "$DATA" "$FILES"
 if [ "${STALL_LOOP:-0}" = 1 ]; then
@@ -117,11 +124,13 @@ cg_cpu_ns() { if [ -n "$CPUCG" ]; then cat "$CPUCG/cpuacct.usage"; else echo 0; 
 throttle() { echo "$DEVNO ${1:-0}" > "$BLKCG/blkio.throttle.read_bps_device"; }
 limit() { echo "${1:--1}" > "$MEMCG/memory.limit_in_bytes"; }
 cg_dev_read() { awk -v d="$DEVNO" '$1 == d && $2 == "Read" {print $3}' "$BLKCG/blkio.throttle.io_service_bytes"; }
+# OOM kills so far in the job's and the daemon's memory cgroups (cgroup v1's oom_control).
+oom_kills() { awk '/^oom_kill / {s += $2} END {print s + 0}' "$MEMCG/memory.oom_control" "$MEMCG_D/memory.oom_control"; }
 io_read() { awk '/^read_bytes/ {print $2}' "/proc/$1/io"; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 mount_ep() {
 	(exec sh -c 'for g in $0; do echo $$ > "$g/cgroup.procs"; done; exec "$@"' \
-		"$CGS" "$BUILD/epochfs" -f --no-persist "$@" "$SRC" "$W/mnt" 2>>"$W/daemon.err") &
+		"$DAEMON_CGS" "$BUILD/epochfs" -f --no-persist "$@" "$SRC" "$W/mnt" 2>>"$W/daemon.err") &
 	EP_PID=$!
 	wait_mount "$W/mnt"
 }
@@ -224,9 +233,19 @@ for workers in $WORKERSS; do
 			case " $CONFIGS " in *" native "*)
 				drop; job "native@$tag" "$SRC/" "$workers" ;;
 			esac
-			for cfg in epochfs run tier; do
+			for cfg in epochfs run split runsplit tier; do
 				case " $CONFIGS " in *" $cfg "*) ;; *) continue ;; esac
 				drop
+				DAEMON_CGS=$CGS
+				if [ "$cfg" = split ] || [ "$cfg" = runsplit ]; then
+					# The same total: the daemon's share in a cgroup of its own.
+					DL=$((CACHE_B + (${STALL_DAEMON_SLACK_MB:-32} << 20)))
+					echo "$DL" > "$MEMCG_D/memory.limit_in_bytes"
+					limit $((LIM - DL))
+					DAEMON_CGS="$MEMCG_D $BLKCG $CPUCG"
+				else
+					limit "$LIM"
+				fi
 				if [ "$cfg" = tier ]; then
 					TD=${STALL_TIER_DIR:-$W/tier}
 					rm -rf "$TD"
@@ -234,17 +253,21 @@ for workers in $WORKERSS; do
 				elif [ "$cfg" = run ] && [ -n "${STALL_RUN_ARGS:-}" ]; then
 					# shellcheck disable=SC2086
 					mount_ep $STALL_RUN_ARGS
-				elif [ "$cfg" = run ]; then
-					mount_ep --cache-size $((CACHE_B - PF)) --prefetch-mem "$PF"
+				elif [ "$cfg" = run ] || [ "$cfg" = runsplit ]; then
+					mount_ep --cache-size "$CACHE_B" --prefetch-mem "$PF"
 				elif [ -n "${STALL_EPOCHFS_ARGS:-}" ]; then
 					# shellcheck disable=SC2086
 					mount_ep $STALL_EPOCHFS_ARGS
 				else
 					mount_ep --cache-size "$CACHE_B"
 				fi
-				job "$cfg@$tag" "$W/mnt" "$workers" "$cfg"
+				jobkind=$cfg
+				[ "$cfg" = runsplit ] && jobkind=run
+				job "$cfg@$tag" "$W/mnt" "$workers" "$jobkind"
+				echo "$cfg@$tag oom_kills=$(oom_kills) errors=$(stat_of read_errors)" >> "$W/health.txt"
 				[ "$cfg" = run ] && grep -h "prefetch\|order" <(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print(" ".join("%s=%s" % (k, v) for k, v in s.items() if k.startswith(("prefetch", "order"))))' "$W/mnt/.epochfs/stats.json") >> "$W/prefetch.txt" || true
 				umount_ep
+				limit "$LIM"
 			done
 			if case " $CONFIGS " in *" analyze "*) true ;; *) false ;; esac; then
 				# epochfs-analyze on the epochfs configuration: its breakdown
@@ -311,6 +334,7 @@ for n, v in rows.items():
         statistics.median(r[6] for r in v), gone))
 PY
 [ -f "$W/prefetch.txt" ] && sed 's/^/  prefetch counters: /' "$W/prefetch.txt"
+[ -f "$W/health.txt" ] && sed 's/^/  health (cumulative): /' "$W/health.txt"
 if [ -f "$W/analyze.list" ]; then
 	# The analyzer's breakdown against the direct measurement: all in RAM
 	# = compute + prep; epochfs - RAM = the fetch stall (medians).
