@@ -169,10 +169,24 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 		fuse_reply_statfs(req, &sv);
 }
 
+/* One attribute, computed when asked and never listed (so cp -a, rsync -X
+ * and tar --xattrs copy nothing): user.epochfs.where (core_where). */
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
-	(void)ino, (void)name, (void)size;
-	fuse_reply_err(req, ENODATA);
+	if (strcmp(name, CORE_XATTR_WHERE)) {
+		fuse_reply_err(req, ENODATA);
+		return;
+	}
+	char *buf = size ? malloc(size) : NULL;
+	ssize_t n = size && !buf ? -ENOMEM : core_where(C(req), ino, buf, size);
+
+	if (n < 0)
+		fuse_reply_err(req, (int)-n);
+	else if (!size)
+		fuse_reply_xattr(req, (size_t)n);
+	else
+		fuse_reply_buf(req, buf, (size_t)n);
+	free(buf);
 }
 
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)

@@ -104,8 +104,9 @@ void options_usage(void *fp, const char *prog)
 		"      --metrics-addr HOST:PORT  serve the counters over HTTP for Prometheus:\n"
 		"                       /metrics (its text format) and /stats.json, as in\n"
 		"                       MOUNTPOINT/.epochfs/ (127.0.0.1:9567; :PORT for all addresses)\n"
-		"      --cache-size SIZE  RAM cache budget: bytes with K/M/G/T, or N%% of RAM;\n"
-		"                       0 disables (default %u%% of RAM, at most the dataset)\n"
+		"      --cache-size SIZE  RAM cache budget: 64G, 512M, N%% of RAM; 0 disables\n"
+		"                       (default %u%% of RAM, at most the dataset). A bare number\n"
+		"                       under 1M is refused as a likely slip; 50B is 50 bytes\n"
 		"      --cache-chunk SIZE files larger than this are cached in pieces of\n"
 		"                       this size (default 256K; a multiple of 128K)\n"
 		"      --verify         re-check the checksum of every cache hit\n"
@@ -209,7 +210,9 @@ int options_parse_size(const char *s, uint64_t ram_bytes, uint64_t *out)
 		*out = ram_bytes / 100 * v;
 		return 0;
 	}
-	if (*end) {
+	if ((end[0] == 'B' || end[0] == 'b') && !end[1]) {
+		end++;                  /* "50B": bytes, said so */
+	} else if (*end) {
 		const char *u = strchr(units, end[0] & ~0x20);
 		if (!u || !end[0])
 			return -EINVAL;
@@ -225,6 +228,23 @@ int options_parse_size(const char *s, uint64_t ram_bytes, uint64_t *out)
 	*out = (uint64_t)v << shift;
 	return 0;
 }
+
+int options_small_bare(const char *s, uint64_t v)
+{
+	return s && *s && strspn(s, "0123456789") == strlen(s) && v && v < OPTIONS_BARE_MIN;
+}
+
+/* Refuses a budget given as a bare number under OPTIONS_BARE_MIN (OPT
+ * names the option): 50 meant 50% or 50G far more often than 50 bytes. */
+#define SMALL_BARE(opt, s, v) do { \
+	if (options_small_bare(s, v)) { \
+		if ((v) <= 100) \
+			FAIL(opt " %s: too small to be meant as bytes; did you mean %s%%, %sM or %sG? " \
+			     "(%sB if bytes)", s, s, s, s, s); \
+		FAIL(opt " %s: too small to be meant as bytes; did you mean %sK or %sM? (%sB if bytes)", \
+		     s, s, s, s); \
+	} \
+} while (0)
 
 static int parse_seconds(const char *s, double *out)
 {
@@ -473,6 +493,7 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 		case OPT_CACHE_SIZE:
 			if (options_parse_size(optarg, core_ram_bytes(), &o->cache_size))
 				FAIL("--cache-size %s: expected bytes with K/M/G/T, or N%% of RAM", optarg);
+			SMALL_BARE("--cache-size", optarg, o->cache_size);
 			if (core_ram_bytes() && o->cache_size > core_ram_bytes())
 				FAIL("--cache-size %s: more than this machine's RAM (%.1f GiB); the cache "
 				     "lives in RAM", optarg, core_ram_bytes() / 1073741824.0);
@@ -500,6 +521,7 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 		case OPT_PREP_MEM:
 			if (options_parse_size(optarg, core_ram_bytes(), &o->prep_mem) || !o->prep_mem)
 				FAIL("--prep-mem %s: expected bytes with K/M/G/T, or N%% of RAM", optarg);
+			SMALL_BARE("--prep-mem", optarg, o->prep_mem);
 			break;
 		case OPT_PREP_THREADS:
 			if (options_parse_uint(optarg, 1, 1024, &o->prep_threads))
@@ -519,6 +541,7 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 		case OPT_PREFETCH_MEM:
 			if (options_parse_size(optarg, core_ram_bytes(), &o->prefetch_mem))
 				FAIL("--prefetch-mem %s: expected a size (K/M/G, or N%% of RAM), or 0", optarg);
+			SMALL_BARE("--prefetch-mem", optarg, o->prefetch_mem);
 			break;
 		case OPT_PREFETCH_WINDOW:
 			if (options_parse_uint(optarg, 1, 1u << 24, &o->prefetch_window))
@@ -586,6 +609,7 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 			uint64_t v;
 			if (options_parse_size(optarg, 0, &v) || !v)
 				FAIL("--cache-dir-size %s: expected bytes with K/M/G/T, more than 0", optarg);
+			SMALL_BARE("--cache-dir-size", optarg, v);
 			if (o->ncache_dir_sizes == sizeof(o->cache_dir_sizes) / sizeof(o->cache_dir_sizes[0]))
 				FAIL("--cache-dir-size %s: at most %u sizes", optarg, o->ncache_dir_sizes);
 			o->cache_dir_sizes[o->ncache_dir_sizes++] = v;

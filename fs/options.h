@@ -92,9 +92,14 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 void options_usage(void *f, const char *prog);
 
 /* Parses a size: N, or N with K/M/G/T (powers of 1024, an optional "iB"
- * or "B" after), or N% of RAM_BYTES (N at most 100; refused when RAM_BYTES
+ * or "B" after; "B" alone: bytes), or N% of RAM_BYTES (N at most 100; refused when RAM_BYTES
  * is 0, for sizes that are not shares of RAM). 0 or -EINVAL. */
 int options_parse_size(const char *s, uint64_t ram_bytes, uint64_t *out);
+/* 1 when S is a bare number (no unit) of bytes V, more than 0 and under
+ * OPTIONS_BARE_MIN: refused for budgets (--cache-size 50 is not 50 bytes
+ * anyone wants; "50B" says bytes). */
+#define OPTIONS_BARE_MIN (1u << 20)
+int options_small_bare(const char *s, uint64_t v);
 
 
 /* Parses a decimal count in [MIN, MAX]; 0 or -EINVAL. */

@@ -13,7 +13,7 @@ echo "== generating 2000 images into $D/src"
 "$BUILD/epochfs-gen" "$D/src" --files 2000 --classes 20
 size=$(du -sb --apparent-size "$D/src" | cut -f1)
 mkdir -p "$D/mnt"
-MOUNT=("$BUILD/epochfs" -o auto_unmount --cache-size $((size / 2)) --state-dir "$S" "$D/src" "$D/mnt")
+MOUNT=("$BUILD/epochfs" -o auto_unmount --cache-size $((size / 2))B --state-dir "$S" "$D/src" "$D/mnt")
 echo "== mounting with a cache for half the dataset: ${MOUNT[*]}"
 "${MOUNT[@]}"
 stat() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join(str(d[k]) for k in sys.argv[2:]))' \

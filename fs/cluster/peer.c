@@ -425,7 +425,7 @@ int peer_new(struct core *c, const struct peer_opts *o, struct peer **out, char 
 	ev.data.ptr = &p->emark;
 	epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->efd, &ev);
 
-	struct core_peer_hooks h = { .ctx = p, .owns = pc_owns, .samples = samples,
+	struct core_peer_hooks h = { .ctx = p, .owns = pc_owns, .keeper = pc_keeper, .samples = samples,
 				     .start = start_hook, .stop = stop_hook };
 	if (o->cache_remote) {
 		uint64_t cap = core_cache_capacity(c), mine = core_owned_bytes(c, pc_owns, p);

@@ -291,6 +291,23 @@ int pc_owns(void *ctx, struct source_item *it)
 	return 0;
 }
 
+/* The node a miss of IT goes to first: the first in its ranking that is
+ * not full (within the owner and its runner-ups), else the owner. */
+int pc_keeper(void *ctx, struct source_item *it, char *name, size_t len)
+{
+	struct peer *p = ctx;
+	const uint16_t *rank = ranking(p, it);
+	unsigned who = rank[0], n = p->cl.n < SOURCE_RANKS ? p->cl.n : SOURCE_RANKS;
+
+	for (unsigned j = 0; j < n; j++)
+		if (rank[j] == p->cl.self || !__atomic_load_n(&p->full[rank[j]], __ATOMIC_RELAXED)) {
+			who = rank[j];
+			break;
+		}
+	snprintf(name, len, "%s", p->cl.nodes[who].id);
+	return who == p->cl.self;
+}
+
 /* Dials K (the address resolved once, then kept) and queues its HELLO
  * with a fresh nonce. Peer thread. 0 or -errno. */
 static int start_connect(struct peer *p, struct conn *k)

@@ -175,6 +175,7 @@ int peer_pump(struct conn *k, proto_frame_fn fn, void *arg);
 void pc_read(void *ctx, struct source_item *it, off_t off,
 	     size_t len, void *buf, source_done_fn done, void *arg);
 int pc_owns(void *ctx, struct source_item *it);
+int pc_keeper(void *ctx, struct source_item *it, char *name, size_t len);
 /* Epoll events EV on client connection K. Peer thread. */
 void pc_event(struct peer *p, struct conn *k, uint32_t ev);
 /* Dials wanted connections, fails those past their deadline (time T),

@@ -147,6 +147,14 @@ int core_getattr(struct core *c, uint64_t node, struct core_attr *a);
 ssize_t core_readlink(struct core *c, uint64_t node, char *buf, size_t len);
 /* The filesystem of SOURCE, flagged read-only when the mount is (no .prep/). */
 int core_statfs(struct core *c, struct statvfs *sv);
+/* Where the next read of each cache item of regular file NODE would be
+ * answered from (RAM, staging, tier, a peer, storage): the text of the
+ * extended attribute user.epochfs.where, described in where.c. Writes it
+ * to BUF when it fits in LEN bytes (not NUL-terminated) and returns its
+ * length; LEN 0 only measures it. -ERANGE (LEN too small), -ENODATA (not a
+ * regular file of SOURCE), -ESTALE, -ENOENT, -ENOMEM. Counts nothing. */
+#define CORE_XATTR_WHERE "user.epochfs.where"
+ssize_t core_where(struct core *c, uint64_t node, char *buf, size_t len);
 
 struct core_dirent {
 	char name[264];             /* an index name (255), or a .prep/ NAME.error */
@@ -258,6 +266,10 @@ struct core_peer_hooks {
 	 * before it are full): only such items are admitted into the cache,
 	 * unless remote_budget allows. May fill IT's ranking. */
 	int (*owns)(void *ctx, struct source_item *it);
+	/* The node a miss of IT is fetched from (its owner, or the first
+	 * ranked after it that is not full): its name in NAME (LEN bytes);
+	 * 1 if that is this node, else 0. For core_where(); may be NULL. */
+	int (*keeper)(void *ctx, struct source_item *it, char *name, size_t len);
 	/* Appends the peer layer's samples; returns how many. */
 	int (*samples)(void *ctx, struct sample *out, int max);
 	/* Cache bytes items owned elsewhere may take (--cache-remote). */

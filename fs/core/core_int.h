@@ -83,6 +83,18 @@ static inline uint64_t core_data_node(uint32_t id, uint32_t gen)
 {
 	return ((uint64_t)(gen & CORE_GEN_MASK) << 32) | id;
 }
+static inline uint32_t core_data_id(uint64_t node)
+{
+	return (uint32_t)node;
+}
+static inline uint32_t core_data_gen(uint64_t node)
+{
+	return (uint32_t)(node >> 32) & CORE_GEN_MASK;
+}
+/* nodes.c: the index entry of data NODE (directories: any generation),
+ * re-checked against SOURCE when due; *VALID: how long the kernel may keep
+ * it. 0 and *IA, -ESTALE, -ENOENT. */
+int core_data_get(struct core *c, uint64_t node, struct index_attr *ia, double *valid);
 
 /* read.c: reads LEN bytes at OFF of data file ID as of generation GEN (the
  * read path behind core_read()). KERNEL: the read comes from the kernel above

@@ -56,16 +56,6 @@ static int mounted(const struct core *c, uint64_t root)
 	       (root == ORDER_DIR_NODE && c->order);
 }
 
-static uint32_t data_id(uint64_t node)
-{
-	return (uint32_t)node;
-}
-
-static uint32_t data_gen(uint64_t node)
-{
-	return (uint32_t)(node >> 32) & CORE_GEN_MASK;
-}
-
 void ns_virtual_attr(uint64_t node, int is_dir, unsigned mode, size_t size, double valid, struct core_attr *a)
 {
 	*a = (struct core_attr){
@@ -85,7 +75,7 @@ int core_lookup(struct core *c, uint64_t parent, const char *name, struct core_a
 	memset(a, 0, sizeof(*a));
 	for (size_t i = 0; i < sizeof(mounts) / sizeof(mounts[0]); i++) {
 		const struct mount *m = &mounts[i];
-		uint64_t p = ns == NS_DATA ? data_id(parent) : parent;
+		uint64_t p = ns == NS_DATA ? core_data_id(parent) : parent;
 		if (m->parent_ns != ns || m->parent != p || strcmp(m->name, name) || !mounted(c, m->root))
 			continue;
 		int err = ops[ns_of(m->root)]->getattr(c, m->root, a);
@@ -216,11 +206,16 @@ static int data_get(struct core *c, uint32_t id, uint32_t gen, struct index_attr
 	return 0;
 }
 
+int core_data_get(struct core *c, uint64_t node, struct index_attr *ia, double *valid)
+{
+	return data_get(c, core_data_id(node), core_data_gen(node), ia, valid);
+}
+
 static int data_lookup(struct core *c, uint64_t parent, const char *name, struct core_attr *a)
 {
 	struct index_attr ia;
 	/* Gone entries too: a file that came back is found by its check. */
-	uint32_t id = index_find(c->ix, data_id(parent), name);
+	uint32_t id = index_find(c->ix, core_data_id(parent), name);
 	double valid = c->timeout;
 
 	a->valid = valid;           /* names created after the scan are never added */
@@ -238,7 +233,7 @@ static int data_getattr(struct core *c, uint64_t node, struct core_attr *a)
 {
 	struct index_attr ia;
 	double valid;
-	int err = data_get(c, data_id(node), data_gen(node), &ia, &valid);
+	int err = data_get(c, core_data_id(node), core_data_gen(node), &ia, &valid);
 
 	if (err < 0)
 		return err;
@@ -250,7 +245,7 @@ static int data_readdir(struct core *c, uint64_t dir, uint64_t *pos, struct core
 {
 	struct index_attr da, ia;
 	double valid;
-	int err = data_get(c, data_id(dir), data_gen(dir), &da, &valid);
+	int err = data_get(c, core_data_id(dir), core_data_gen(dir), &da, &valid);
 
 	if (!err && !S_ISDIR(da.mode))
 		err = -ENOTDIR;
@@ -271,7 +266,7 @@ static int data_readdir(struct core *c, uint64_t dir, uint64_t *pos, struct core
 
 static void data_read(struct core *c, uint64_t node, off_t off, size_t len, core_read_fn done, void *arg)
 {
-	core_read_data(c, data_id(node), data_gen(node), off, len, 1, done, arg);
+	core_read_data(c, core_data_id(node), core_data_gen(node), off, len, 1, done, arg);
 }
 
 const struct ns_ops ns_data_ops = {
@@ -288,7 +283,7 @@ ssize_t core_readlink(struct core *c, uint64_t node, char *buf, size_t len)
 
 	if (ns_of(node) != NS_DATA || len < 2)
 		return -EINVAL;
-	if ((err = data_get(c, data_id(node), data_gen(node), &ia, &valid)) < 0)
+	if ((err = data_get(c, core_data_id(node), core_data_gen(node), &ia, &valid)) < 0)
 		return err;
 	if (!S_ISLNK(ia.mode))
 		return -EINVAL;

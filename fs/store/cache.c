@@ -489,6 +489,26 @@ static enum cache_result get(struct cache *c, uint32_t id, uint32_t chunk,
 	}
 }
 
+int cache_holds(struct cache *c, uint32_t id, uint32_t chunk, const struct index_version *v)
+{
+	uint64_t key = key_of(id, chunk), i = hash_key(key) & c->mask;
+	unsigned rd = rd_enter(c);
+	int held = 0;
+
+	for (uint64_t probes = 0; probes <= c->mask; probes++, i = (i + 1) & c->mask) {
+		struct citem *it = __atomic_load_n(&c->slots[i], __ATOMIC_ACQUIRE);
+		if (!it)
+			break;
+		if (it->key == key) {
+			held = __atomic_load_n(&it->state, __ATOMIC_ACQUIRE) == ST_READY &&
+			       index_version_eq(&it->v, v);
+			break;
+		}
+	}
+	rd_leave(c, rd);
+	return held;
+}
+
 void cache_loaded(struct cache *c, struct cache_ref *ref, int ok)
 {
 	struct citem *it = ref->item;

@@ -143,6 +143,9 @@ enum cache_result cache_get(struct cache *c, uint32_t id, uint32_t chunk,
 enum cache_result cache_get_ex(struct cache *c, uint32_t id, uint32_t chunk,
 			       const struct index_version *v, size_t len,
 			       struct cache_waiter *w, struct cache_ref *ref, int may_admit);
+/* 1 if chunk CHUNK of entry ID is READY at version V (a hint: it may go
+ * before a read comes). Counts nothing, admits nothing, checks no bytes. */
+int cache_holds(struct cache *c, uint32_t id, uint32_t chunk, const struct index_version *v);
 /* Ends a load begun by CACHE_LOAD: OK nonzero when ref->data holds the
  * bytes. Calls the waiters (outside any lock) before returning. */
 void cache_loaded(struct cache *c, struct cache_ref *ref, int ok);

@@ -26,7 +26,7 @@ ok "bad options refused with one line, status 2"
 
 "$GEN" "$T/src" --files 96 --classes 3 --seed 4 > /dev/null || fail "gen"
 D=$(du -sb --apparent-size "$T/src" | cut -f1)
-mount_ep "$T/src" "$T/m" --cache-size $((D / 2))
+mount_ep "$T/src" "$T/m" --cache-size $((D / 2))B
 [ "$(stat_of "$T/m" daemon_pid)" = "$EP_PID" ] || fail "stats.json daemon_pid"
 
 "$AN" --json "$T/r.json" --plot "$T/r.svg" --what-if cache=100%,workers=2 --what-if storage=200,prefetch=on \

@@ -4,7 +4,7 @@
 . "$(dirname "$0")/lib.sh"
 "$GEN" "$T/src" --files 200 --classes 4 --seed 3 2>/dev/null || fail "gen"
 D=$(find "$T/src" -type f -printf '%s\n' | awk '{s+=$1} END {print s}')
-mount_ep "$T/src" "$T/mnt" --cache-size $((D / 2))
+mount_ep "$T/src" "$T/mnt" --cache-size $((D / 2))B
 m=$T/mnt
 [ "$(stat_of "$m" cache_capacity_bytes)" = $((D / 2)) ] || fail "capacity"
 # The background thread makes the whole budget resident right after the mount
@@ -56,18 +56,18 @@ umount_ep
 
 # --prefault 0: memory becomes resident only as items are filled. A budget
 # larger than the dataset is made resident only as far as the data can fill.
-mount_ep "$T/src" "$T/mnt" --cache-size $((D / 2)) --prefault 0 --no-persist   # a fresh arena
+mount_ep "$T/src" "$T/mnt" --cache-size $((D / 2))B --prefault 0 --no-persist   # a fresh arena
 sleep 0.3   # give a (wrongly) running prefault time to show
 [ "$(stat_of "$m" cache_prefaulted_bytes)" = 0 ] || fail "--prefault 0 prefaulted"
 umount_ep
 # A window: resident memory keeps a step ahead of the fill, all the way.
-mount_ep "$T/src" "$T/mnt" --cache-size $((D / 2)) --prefault 1M --no-persist
+mount_ep "$T/src" "$T/mnt" --cache-size $((D / 2))B --prefault 1M --no-persist
 "$BENCH" "$m" --epochs 1 > /dev/null || fail "epoch with a prefault window"
 wait_for sh -c "python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(d[\"cache_prefaulted_bytes\"] < min(d[\"cache_used_bytes\"] + (1 << 20), d[\"cache_capacity_bytes\"]))' '$m/.epochfs/stats.json'" \
 	|| fail "window prefault fell behind: $(cat "$m/.epochfs/stats.json")"
 umount_ep
 D=$(find "$T/src" -type f -printf '%s\n' | awk '{s+=$1} END {print s}')   # one file was rewritten
-mount_ep "$T/src" "$T/mnt" --cache-size $((4 * D)) --no-persist
+mount_ep "$T/src" "$T/mnt" --cache-size $((4 * D))B --no-persist
 wait_for sh -c "[ \"\$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[\"cache_prefaulted_bytes\"])' '$m/.epochfs/stats.json')\" -gt 0 ]" || fail "no prefault"
 sleep 0.3
 p=$(stat_of "$m" cache_prefaulted_bytes)

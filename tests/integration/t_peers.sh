@@ -99,8 +99,8 @@ stop_node 0
 # have room to spare (D/2 each). What node 0 owns but cannot keep goes to
 # each item's runner-up, so after epoch 0 the cluster still reads nothing
 # from storage.
-start_node 0 -- --peers "$PEERS" --secret-file "$T/secret" --cache-size $((bytes / 5)) --no-persist
-for r in 1 2; do start_node "$r" -- --peers "$PEERS" --secret-file "$T/secret" --cache-size $((bytes / 2)) --no-persist; done
+start_node 0 -- --peers "$PEERS" --secret-file "$T/secret" --cache-size $((bytes / 5))B --no-persist
+for r in 1 2; do start_node "$r" -- --peers "$PEERS" --secret-file "$T/secret" --cache-size $((bytes / 2))B --no-persist; done
 epoch_all 60 "spill, epoch 0"
 s0=$(total storage_read_bytes)
 [ "$(stat_of "$T/m0" cache_full)" -gt 0 ] || fail "node 0's cache never filled: the spill was not exercised"
@@ -116,8 +116,8 @@ for r in 0 1 2; do stop_node "$r"; done
 # quarter; together they hold every node's share, so after epoch 0 the
 # cluster reads nothing from storage, the tiers serving what RAM cannot.
 for r in 0 1 2; do
-	start_node "$r" -- --peers "$PEERS" --secret-file "$T/secret" --cache-size $((bytes / 8)) --no-persist \
-		--cache-dir "$T/tier$r" --cache-dir-size $((bytes / 4))
+	start_node "$r" -- --peers "$PEERS" --secret-file "$T/secret" --cache-size $((bytes / 8))B --no-persist \
+		--cache-dir "$T/tier$r" --cache-dir-size $((bytes / 4))B
 done
 epoch_all 80 "tiers, epoch 0"
 s0=$(total storage_read_bytes)

@@ -13,7 +13,7 @@ EP_ALLOWED_STDERR='order (bad|big|x[0-9]+|idle)'
 "$GEN" "$T/src" --files 300 --classes 3 --seed 5 > /dev/null || fail "gen"
 D=$(du -sb --apparent-size "$T/src" | cut -f1)
 MEM=$((2 << 20))
-mount_ep "$T/src" "$T/m" --cache-size $((D / 4)) --prefetch-mem $MEM --prefetch-window 32 \
+mount_ep "$T/src" "$T/m" --cache-size $((D / 4))B --prefetch-mem "$MEM"B --prefetch-window 32 \
 	--order-expire 2
 O=$T/m/.epochfs/order
 [ -d "$O" ] || fail "no $O"

@@ -13,7 +13,7 @@ export ROOT
 "$GEN" "$T/src" --files 150 --classes 5 --seed 11 2>/dev/null || fail "gen"
 m=$T/mnt
 one=$((128 + 64 + 16 * 32 * 32 * 3))       # a batch of 16 at 32x32, uint8
-mount_ep "$T/src" "$m" --prep-mem $((3 * one)) --prep-timeout 2
+mount_ep "$T/src" "$m" --prep-mem $((3 * one))B --prep-timeout 2
 
 out=$("$PREP" "$m" g --batch 16 --size 32 --jobs 3 --epochs 2 --seed 7) || fail "epochfs-prep: $out"
 echo "$out" | grep -q "group g: 2 epochs of 10 batches of 16, 32x32 uint8 NCHW, for 3 consumers" || fail "prep said: $out"
@@ -60,7 +60,7 @@ md5=$(sed -n '14p' "$T/c1")                 # epoch 1, batch 3
 umount_ep
 
 # The same spec after a remount: the same bytes.
-mount_ep "$T/src" "$m" --prep-mem $((3 * one)) --prep-timeout 2
+mount_ep "$T/src" "$m" --prep-mem $((3 * one))B --prep-timeout 2
 "$PREP" "$m" g --batch 16 --size 32 --jobs 3 --epochs 2 --seed 7 > /dev/null || fail "re-declare"
 printf 'batch=16\nsize=32\njobs=3\nepochs=2\nseed=7\n' > "$m/.prep/g.spec" || fail "a second job declaring the same group"
 python3 - "$m" "$md5" <<'PY' || fail "bytes differ after a remount"

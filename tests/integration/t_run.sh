@@ -23,7 +23,7 @@ RUN=$ROOT/$BUILD/epochfs-run
 
 "$GEN" "$T/src" --files 120 --classes 3 --seed 9 > /dev/null || fail "gen"
 D=$(du -sb --apparent-size "$T/src" | cut -f1)
-mount_ep "$T/src" "$T/m" --cache-size $((D / 4))
+mount_ep "$T/src" "$T/m" --cache-size $((D / 4))B
 
 # A job that never imports torch: not one module more, the same sys.path.
 probe='import sys, json; print(json.dumps([sorted(sys.modules), sys.path]))'

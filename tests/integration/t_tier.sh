@@ -34,7 +34,7 @@ settle() { # until the tier's writes stop moving (0.2 s apart), at most 10 s
 }
 # Warnings the tier gives where this test breaks it on purpose.
 EP_ALLOWED_STDERR='SSD tier '
-OPTS=(--cache-size $((D / 4)) --state-dir "$S" --persist always)
+OPTS=(--cache-size $((D / 4))B --state-dir "$S" --persist always)
 
 mount_ep "$T/src" "$M" "${OPTS[@]}" --cache-dir "$T/ssd"
 [ "$(st tier_dirs)" = 1 ] || fail "no tier"
@@ -70,7 +70,7 @@ ok "a restart adopts the tier (the next epoch reads 0 storage bytes); a changed 
 
 # epochfs-warmup: loads the caches before training, says what did not fit.
 WARM=$ROOT/$BUILD/epochfs-warmup
-mount_ep "$T/src" "$M" --cache-size $((D / 4)) --no-persist --cache-dir "$T/warm"
+mount_ep "$T/src" "$M" --cache-size $((D / 4))B --no-persist --cache-dir "$T/warm"
 "$WARM" -q "$M" > "$T/warm.out" || fail "epochfs-warmup failed: $(cat "$T/warm.out")"
 grep -q "300 files" "$T/warm.out" && grep -q "; 0.0 MB fit in neither" "$T/warm.out" ||
 	fail "warm-up summary: $(cat "$T/warm.out")"
@@ -81,7 +81,7 @@ b=$(epoch 7)
 "$WARM" "$M" /etc >/dev/null 2>&1 && fail "a path outside the mount was taken"
 "$WARM" "$T/src" >/dev/null 2>&1; [ $? = 2 ] || fail "a directory that is not a mount was taken"
 umount_ep
-mount_ep "$T/src" "$M" --cache-size $((D / 4)) --no-persist
+mount_ep "$T/src" "$M" --cache-size $((D / 4))B --no-persist
 "$WARM" -q "$M" > "$T/warm.out" || fail "epochfs-warmup without a tier"
 grep -q "fit in neither: every epoch reads them" "$T/warm.out" || fail "what did not fit: $(cat "$T/warm.out")"
 umount_ep
@@ -103,7 +103,7 @@ for rel in files:
 os.unlink(os.path.join(mnt, ".epochfs/order/t"))
 PY
 }
-mount_ep "$T/src" "$M" --cache-size $((D / 4)) --no-persist --cache-dir "$T/pf" --prefetch-window 32
+mount_ep "$T/src" "$M" --cache-size $((D / 4))B --no-persist --cache-dir "$T/pf" --prefetch-window 32
 ordered 11
 settle
 pf=$(st prefetch_bytes) ti=$(st tier_items)
@@ -128,7 +128,7 @@ umount_ep
 ok "a corrupt tier item is dropped on its read and served from storage"
 
 # Two daemons on one tier directory.
-mount_ep "$T/src" "$M" --cache-size $((D / 4)) --no-persist --cache-dir "$T/ssd"
+mount_ep "$T/src" "$M" --cache-size $((D / 4))B --no-persist --cache-dir "$T/ssd"
 mkdir -p "$T/m2"
 if "$EPOCHFS" -f --no-persist --cache-dir "$T/ssd" "$T/src" "$T/m2" 2>"$T/second.err"; then
 	fusermount3 -u "$T/m2"; fail "a second daemon was let onto a tier directory in use"
@@ -139,7 +139,7 @@ umount_ep
 ok "a second daemon on the same tier directory is refused"
 
 # A full tier: a budget of 4 MiB takes what fits and no more.
-mount_ep "$T/src" "$M" --cache-size $((D / 4)) --no-persist --cache-dir "$T/small" --cache-dir-size 4M
+mount_ep "$T/src" "$M" --cache-size $((D / 4))B --no-persist --cache-dir "$T/small" --cache-dir-size 4M
 epoch 4 >/dev/null
 settle
 [ "$(st tier_used_bytes)" -le $((4 << 20)) ] || fail "tier used $(st tier_used_bytes) of 4 MiB"
@@ -150,7 +150,7 @@ umount_ep
 ok "a full tier stops at its budget ($used of 4194304 bytes used); bytes right"
 
 # The directory vanishes at run time.
-mount_ep "$T/src" "$M" --cache-size $((D / 4)) --no-persist --cache-dir "$T/gone"
+mount_ep "$T/src" "$M" --cache-size $((D / 4))B --no-persist --cache-dir "$T/gone"
 epoch 5 >/dev/null
 settle
 rm -rf "$T/gone"
@@ -166,7 +166,7 @@ ok "a tier directory that vanishes stops admissions; reads go on"
 # cut it: 67 of 351 items).
 truncate -s 64M "$T/tight.img" && mkfs.ext4 -q -F "$T/tight.img" 2>/dev/null && mkdir -p "$T/tight" &&
 	mount -o loop "$T/tight.img" "$T/tight" 2>/dev/null || skip "no loop-mounted ext4 here"
-mount_ep "$T/src" "$M" --cache-size $((D / 4)) --cache-dir "$T/tight/t"
+mount_ep "$T/src" "$M" --cache-size $((D / 4))B --cache-dir "$T/tight/t"
 epoch 6 >/dev/null
 settle
 held=$(st tier_items) cap=$(st tier_capacity_bytes)
@@ -174,7 +174,7 @@ umount_ep
 head -c $((10 << 20)) /dev/zero > "$T/tight/other"       # someone else's file too
 free=$(df --output=avail -B1 "$T/tight" | tail -1)
 [ "$free" -lt "$cap" ] || fail "the test needs a disk the tier's data fills ($free bytes free, tier $cap)"
-mount_ep "$T/src" "$M" --cache-size $((D / 4)) --cache-dir "$T/tight/t"
+mount_ep "$T/src" "$M" --cache-size $((D / 4))B --cache-dir "$T/tight/t"
 [ "$(st tier_adopted)" = "$held" ] || fail "a restart at the default size adopted $(st tier_adopted) of $held items"
 [ "$(st tier_capacity_bytes)" -ge "$cap" ] || fail "the tier shrank from $cap to $(st tier_capacity_bytes) bytes"
 same "after a restart on a tight disk"
@@ -186,7 +186,7 @@ ok "a default-size tier on a tight disk ($((free >> 20)) MiB free at restart) ad
 truncate -s 64M "$T/ext4.img" && mkfs.ext4 -q -F "$T/ext4.img" 2>/dev/null && mkdir -p "$LOOPMNT" &&
 	mount -o loop,errors=remount-ro "$T/ext4.img" "$LOOPMNT" 2>/dev/null || skip "no loop-mounted ext4 here"
 dev=$(basename "$(findmnt -n -o SOURCE "$LOOPMNT")")
-mount_ep "$T/src" "$M" --cache-size $((D / 4)) --no-persist --cache-dir "$LOOPMNT/t"
+mount_ep "$T/src" "$M" --cache-size $((D / 4))B --no-persist --cache-dir "$LOOPMNT/t"
 (cd "$T/src" && find . -name '*.jpg' | sort | head -100) | while read -r x; do cat "$M/$x" >/dev/null; done
 settle
 echo epochfs-test > "/sys/fs/ext4/$dev/trigger_fs_error" 2>/dev/null || skip "cannot trigger an ext4 error"

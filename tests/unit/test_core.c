@@ -141,6 +141,55 @@ Test(core, reads_through_the_cache_and_across_items)
 	cr_expect(!memcmp(w.buf, "hello, epochfs", 14));
 }
 
+/* user.epochfs.where's text for NAME, NUL-terminated. */
+static const char *where(const char *name)
+{
+	static char buf[8192];
+	ssize_t n = core_where(core, id_of(name), NULL, 0);
+
+	cr_assert_gt(n, 0, "core_where(%s) measured %zd", name, n);
+	cr_assert_lt((size_t)n, sizeof(buf));
+	cr_assert_eq(core_where(core, id_of(name), buf, (size_t)n - 1), -ERANGE);
+	cr_assert_eq(core_where(core, id_of(name), buf, sizeof(buf)), n);
+	buf[n] = 0;
+	return buf;
+}
+
+/* Items other than the first are kept by "node-b:7000". */
+static int fake_keeper(void *ctx, struct source_item *it, char *name, size_t len)
+{
+	(void)ctx;
+	cr_assert_str_eq(it->rel, "big.bin");
+	snprintf(name, len, "%s", it->chunk ? "node-b:7000" : "self:7000");
+	return it->chunk == 0;
+}
+
+Test(core, where_says_which_items_a_read_would_find_where_and_counts_nothing)
+{
+	static struct wait w;
+	uint64_t reads = sample("reads"), hits = sample("cache_hits");
+
+	cr_expect_str_eq(where("big.bin"), "size 614400\nitem 262144\nitems 3\nram 0 0\nstaging 0 0\n"
+					   "tier 0 0\npeer 0 0\nstorage 3 614400\nmap ...\n");
+	/* The middle item read: in RAM now. */
+	cr_assert_eq(rd(id_of("big.bin"), 300000, 10, &w), 10);
+	cr_expect_str_eq(where("big.bin"), "size 614400\nitem 262144\nitems 3\nram 1 262144\n"
+					   "staging 0 0\ntier 0 0\npeer 0 0\nstorage 2 352256\nmap .R.\n");
+	/* With peers: what another node keeps, and its name once. */
+	struct core_peer_hooks h = { .keeper = fake_keeper };
+	core_set_peer_hooks(core, &h);
+	cr_expect_str_eq(where("big.bin"), "size 614400\nitem 262144\nitems 3\nram 1 262144\n"
+					   "staging 0 0\ntier 0 0\npeer 1 90112\nstorage 1 262144\n"
+					   "node node-b:7000\nmap .RP\n");
+	cr_expect_eq(sample("reads"), reads + 1, "a look counted as a read");
+	cr_expect_eq(sample("cache_hits"), hits, "a look counted as a hit");
+	/* Neither directories nor the virtual files have it. */
+	cr_expect_eq(core_where(core, CORE_ROOT_NODE, NULL, 0), -ENODATA);
+	struct core_attr ctl;
+	cr_assert_eq(core_lookup(core, CORE_ROOT_NODE, ".epochfs", &ctl), 0);
+	cr_expect_eq(core_where(core, ctl.node, NULL, 0), -ENODATA);
+}
+
 Test(core, a_source_that_passes_falls_back_to_storage)
 {
 	static struct wait w;
@@ -319,6 +368,11 @@ Test(core_pf, a_miss_the_cache_admits_fills_it_from_staging_not_storage)
 		nanosleep(&ts, NULL);
 	}
 	cr_assert_eq(sample("prefetch_staged_bytes"), BIG, "the order was not fetched ahead");
+	char wb[512];
+	ssize_t wn = core_where(core, b, wb, sizeof(wb) - 1);
+	cr_assert_gt(wn, 0);
+	wb[wn] = 0;
+	cr_expect(strstr(wb, "staging 3 614400\n") && strstr(wb, "map SSS\n"), "%s", wb);
 	uint64_t stored = storage_bytes();
 	cr_expect_eq(stored, BIG);
 	/* Room again (the pressure thread lifting the limit): the reader's

@@ -284,3 +284,35 @@ Test(options, sizes_larger_than_the_machine)
 	cr_expect_eq(parse(&o, err, "--cache-size", "50%", "--prep-mem", "10%", "--prefetch-mem", "1%", "s", "m",
 			   NULL), 0, "%s", err);
 }
+
+/* A budget given as a bare number under 1 MiB is a slip (50 for 50% or
+ * 50G): refused with the spellings that were likely meant; "B" says bytes. */
+Test(options, small_bare_budgets_are_refused_with_a_hint)
+{
+	struct options o;
+	char err[256];
+	uint64_t v;
+
+	cr_expect_eq(parse(&o, err, "--cache-size", "50", "s", "m", NULL), -EINVAL);
+	cr_expect(strstr(err, "--cache-size 50: ") && strstr(err, "did you mean 50%, 50M or 50G?") &&
+		  strstr(err, "50B"), "%s", err);
+	cr_expect_eq(parse(&o, err, "-o", "cache_size=50", "s", "m", NULL), -EINVAL);
+	cr_expect(strstr(err, "50%, 50M or 50G"), "%s", err);
+	cr_expect_eq(parse(&o, err, "--prefetch-mem", "4096", "s", "m", NULL), -EINVAL);
+	cr_expect(strstr(err, "--prefetch-mem 4096: ") && strstr(err, "4096K or 4096M"), "%s", err);
+	cr_expect_eq(parse(&o, err, "--prep-mem", "1048575", "s", "m", NULL), -EINVAL);
+	cr_expect_eq(parse(&o, err, "--cache-dir", "d", "--cache-dir-size", "64", "s", "m", NULL), -EINVAL);
+	cr_expect(strstr(err, "--cache-dir-size 64: "), "%s", err);
+	/* Said in bytes, 0, or 1 MiB and over: taken as given. */
+	cr_expect_eq(parse(&o, err, "--cache-size", "50B", "s", "m", NULL), 0, "%s", err);
+	cr_expect_eq(o.cache_size, 50);
+	cr_expect_eq(parse(&o, err, "--cache-size", "0", "--prefetch-mem", "0", "s", "m", NULL), 0, "%s", err);
+	cr_expect_eq(parse(&o, err, "--cache-size", "1048576", "s", "m", NULL), 0, "%s", err);
+	cr_expect_eq(o.cache_size, 1u << 20);
+	cr_expect_eq(options_parse_size("7b", 0, &v), 0);
+	cr_expect_eq(v, 7);
+	cr_expect_eq(options_parse_size("7Bx", 0, &v), -EINVAL);
+	cr_expect_eq(options_small_bare("50", 50), 1);
+	cr_expect_eq(options_small_bare("50B", 50), 0);
+	cr_expect_eq(options_small_bare("0", 0), 0);
+}

@@ -31,7 +31,7 @@ fi
 SRC=$(realpath "$DATA")
 D=$(du -sb --apparent-size "$SRC/shards" | cut -f1)
 mount_ep() {
-	"$BUILD/epochfs" -f --no-persist --cache-chunk "$1" --cache-size $((D + D / 8)) "$SRC" "$W/mnt" 2>>"$W/err" &
+	"$BUILD/epochfs" -f --no-persist --cache-chunk "$1" --cache-size $((D + D / 8))B "$SRC" "$W/mnt" 2>>"$W/err" &
 	EP_PID=$!
 	wait_mount "$W/mnt"
 	for _ in $(seq 3000); do [ "$(stat_of cache_prefaulted_bytes)" -ge "$D" ] && break; sleep 0.02; done

@@ -46,7 +46,7 @@ start3() {     # start3 CACHE_BYTES [peer options]
 	for r in 0 1 2; do
 		mkdir -p "$W/m$r"
 		[ $# -gt 0 ] && rank=(--rank "$r")
-		"$BUILD/epochfs" -f --no-persist --cache-size "$cache" --prefault 0 "$@" "${rank[@]}" "$SRC" "$W/m$r" 2>>"$W/err$r" &
+		"$BUILD/epochfs" -f --no-persist --cache-size "$cache"B --prefault 0 "$@" "${rank[@]}" "$SRC" "$W/m$r" 2>>"$W/err$r" &
 		PIDS+=($!)
 	done
 	for r in 0 1 2; do wait_mount "$W/m$r"; done

@@ -52,9 +52,9 @@ echo "(1) one epoch after a restart, cache D/2, D = $((D / 1000000)) MB ($FILES 
 printf '%-14s %10s %12s %9s %10s\n' "restart" "adopted" "storage MB" "of D" "epoch s"
 for how in clean-always kill9 clean-default no-persist; do
 	rm -rf "$STATE"
-	opts=(--cache-size $((D / 2)) --state-dir "$STATE")
+	opts=(--cache-size $((D / 2))B --state-dir "$STATE")
 	[ $how = clean-always ] && opts+=(--persist always)
-	[ $how = no-persist ] && opts=(--cache-size $((D / 2)) --no-persist)
+	[ $how = no-persist ] && opts=(--cache-size $((D / 2))B --no-persist)
 	drop
 	start "${opts[@]}" "$SRC"
 	epoch 1

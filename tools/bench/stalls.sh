@@ -249,17 +249,17 @@ for workers in $WORKERSS; do
 				if [ "$cfg" = tier ]; then
 					TD=${STALL_TIER_DIR:-$W/tier}
 					rm -rf "$TD"
-					mount_ep --cache-size "$CACHE_B" --cache-dir "$TD" --cache-dir-size $((D + D / 8))
+					mount_ep --cache-size "$CACHE_B"B --cache-dir "$TD" --cache-dir-size $((D + D / 8))B
 				elif [ "$cfg" = run ] && [ -n "${STALL_RUN_ARGS:-}" ]; then
 					# shellcheck disable=SC2086
 					mount_ep $STALL_RUN_ARGS
 				elif [ "$cfg" = run ] || [ "$cfg" = runsplit ]; then
-					mount_ep --cache-size "$CACHE_B" --prefetch-mem "$PF"
+					mount_ep --cache-size "$CACHE_B"B --prefetch-mem "$PF"B
 				elif [ -n "${STALL_EPOCHFS_ARGS:-}" ]; then
 					# shellcheck disable=SC2086
 					mount_ep $STALL_EPOCHFS_ARGS
 				else
-					mount_ep --cache-size "$CACHE_B"
+					mount_ep --cache-size "$CACHE_B"B
 				fi
 				jobkind=$cfg
 				[ "$cfg" = runsplit ] && jobkind=run
@@ -273,7 +273,7 @@ for workers in $WORKERSS; do
 				# epochfs-analyze on the epochfs configuration: its breakdown
 				# against the epochs measured directly (ram, epochfs).
 				drop
-				mount_ep --cache-size "$CACHE_B"
+				mount_ep --cache-size "$CACHE_B"B
 				an="$W/analyze-${tag//\//-}-$run"
 				# The analyzer's own process is in the blkio and cpuacct groups
 				# (its storage probe sees the throttle) but not the memory
@@ -297,7 +297,7 @@ for workers in $WORKERSS; do
 				limit $((CACHE_B + (96 << 20)))
 				for mode in reader order; do
 					drop
-					mount_ep --cache-size $((CACHE_B - PF)) --prefetch-mem "$PF"
+					mount_ep --cache-size $((CACHE_B - PF))B --prefetch-mem "$PF"B
 					nm=reader; [ "$mode" = order ] && nm=reader+order
 					job "$nm@$((bps >> 20))MBps/w1" "$W/mnt" 1 "$mode"
 					umount_ep

@@ -82,7 +82,7 @@ CACHE=$((D / 3 + D / 200))
 for r in 0 1 2; do
 	mkdir -p "$W/m$r"
 	(exec sh -c 'echo $$ > "$1/cgroup.procs"; shift; exec "$@"' sh "$BLKCG" \
-		"$BUILD/epochfs" -f --no-persist --cache-size "$CACHE" --peers "$ports" --rank "$r" \
+		"$BUILD/epochfs" -f --no-persist --cache-size "$CACHE"B --peers "$ports" --rank "$r" \
 		--secret-file "$W/secret" "$SRC" "$W/m$r" 2>>"$W/err$r") &
 	PIDS+=($!)
 done

@@ -96,7 +96,7 @@ echo "== part 3: the thrashing experiment: $FILES files, D = $((D / 1000000)) MB
 : > "$W/rows"
 
 # The daemon's own memory beside its cache: index, threads, buffers.
-"$BUILD/epochfs" -f --no-persist --cache-size "$HALF" "$SRC" "$W/mnt" 2>>"$W/daemon.err" & EP_PID=$!
+"$BUILD/epochfs" -f --no-persist --cache-size "$HALF"B "$SRC" "$W/mnt" 2>>"$W/daemon.err" & EP_PID=$!
 wait_mount "$W/mnt"
 wait_prefault "$HALF"
 rss=$(awk '/^VmRSS/ {print $2 * 1024}' "/proc/$EP_PID/status")
@@ -119,7 +119,7 @@ for bps in 0 $([ "$BPS" != 0 ] && echo "$BPS"); do
 
 	echo "$LIMIT_B" > "$MEMCG/memory.limit_in_bytes"
 	drop
-	mount_ep --cache-size "$HALF"
+	mount_ep --cache-size "$HALF"B
 	wait_prefault "$HALF"
 	epochs "epochfs$tag" "$W/mnt"
 	echo "$(stat_of cache_used_bytes) $(stat_of cache_items)" > "$W/cache$tag"
@@ -132,7 +132,7 @@ throttle 0
 # (c) a cache for the whole dataset, no memory limit.
 echo -1 > "$MEMCG/memory.limit_in_bytes"
 drop
-mount_ep --cache-size $((D + D / 16))
+mount_ep --cache-size $((D + D / 16))B
 wait_prefault "$D"
 epochs "epochfs-full" "$W/mnt" drop
 epochs "epochfs-full-warm" "$W/mnt"

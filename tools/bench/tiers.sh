@@ -67,25 +67,25 @@ echo "== part 9: cache tiers, D = $((D / 1000000)) MB ($FILES files), $EPOCHS ep
 echo "   tier on $(df --output=source "$(dirname "$TD")" | tail -1) ($(df --output=fstype "$(dirname "$TD")" | tail -1)); SOURCE on $(df --output=source "$SRC" | tail -1)"
 printf '%-11s %10s %12s %14s %12s\n' "config" "fill f/s" "epoch f/s" "storage D/ep" "tier items"
 run native "$SRC"
-start --cache-size $((D / 4))
+start --cache-size $((D / 4))B
 run ram-only "$W/mnt"
 stop
 rm -rf "$TD"
-start --cache-size $((D / 4)) --cache-dir "$TD" --cache-dir-size $((D + D / 8))
+start --cache-size $((D / 4))B --cache-dir "$TD" --cache-dir-size $((D + D / 8))B
 run ram+tier "$W/mnt"
 stop
 rm -rf "$TD"
-start --cache-size 64K --cache-dir "$TD" --cache-dir-size $((D + D / 8))
+start --cache-size 64K --cache-dir "$TD" --cache-dir-size $((D + D / 8))B
 run tier-only "$W/mnt"
 direct_pc=$(fincore -b -n -o RES "$TD/epochfs-tier/arena" 2>/dev/null | awk '{printf "%d", $1}')
 stop
 rm -rf "$TD"
-start --cache-size 64K --cache-dir "$TD" --cache-dir-size $((D + D / 8)) --cache-dir-io buffered
+start --cache-size 64K --cache-dir "$TD" --cache-dir-size $((D + D / 8))B --cache-dir-io buffered
 run tier-buf "$W/mnt"
 buf_pc=$(fincore -b -n -o RES "$TD/epochfs-tier/arena" 2>/dev/null | awk '{printf "%d", $1}')
 stop
 rm -rf "$TD"
-start --cache-size $((D + D / 8))
+start --cache-size $((D + D / 8))B
 run ram-all "$W/mnt"
 stop
 echo "the tier's data file in the page cache after its last epoch: O_DIRECT $((${direct_pc:-0} / 1048576)) MiB," \
