@@ -43,6 +43,33 @@ uint64_t persist_headroom(uint64_t fs_size)
 	return fs_size / 4 > (half < gib ? half : gib) ? fs_size / 4 : (half < gib ? half : gib);
 }
 
+/* 1 while the lock we hold is still DIR/lock, in a directory still linked. */
+static int lock_linked(const struct persist *p)
+{
+	struct stat d, l, n;
+
+	return fstat(p->dirfd, &d) == 0 && d.st_nlink > 0 && fstat(p->lockfd, &l) == 0 &&
+	       fstatat(p->dirfd, "lock", &n, AT_SYMLINK_NOFOLLOW) == 0 && n.st_ino == l.st_ino &&
+	       n.st_dev == l.st_dev;
+}
+
+/* Removes the state in DIRFD (its lock held through it), named NAME in
+ * PARENTFD: everything but the lock, then the lock, then the directory.
+ * Unlinking the lock last keeps a daemon starting meanwhile either waiting
+ * on our lock or making a new state (persist_open sees an unlinked lock);
+ * never sharing files with us. 0, -ENOTEMPTY (a new daemon has made its
+ * state there since: left to it), or -errno. */
+static int remove_state(int dirfd, int parentfd, const char *name)
+{
+	int e = trust_empty_dir(dirfd, "lock");
+
+	if (e < 0)
+		return e;
+	if (unlinkat(dirfd, "lock", 0) < 0 && errno != ENOENT)
+		return -errno;
+	return unlinkat(parentfd, name, AT_REMOVEDIR) < 0 ? -errno : 0;
+}
+
 /* Opens DIR/NAME, owned by us: a file that fails the checks (a link, a
  * stranger's, loose modes) is removed and made anew. */
 static int own_file(struct persist *p, const char *name, int flags, char *err, size_t errlen, const char *what)
@@ -71,7 +98,7 @@ int persist_open(const struct persist_opts *o, struct persist **out, char *err, 
 	struct statfs sf;
 	struct stat sb;
 	char why[400];
-	int e, loose = 0;
+	int e, loose = 0, tries = 0;
 
 	if (!p)
 		return -ENOMEM;
@@ -88,6 +115,7 @@ int persist_open(const struct persist_opts *o, struct persist **out, char *err, 
 		e = -ENOMEM;
 		goto fail;
 	}
+again:
 	/* Ours, 0700, reached through directories nobody else can change;
 	 * missing ones are made 0700. */
 	p->dirfd = trust_dir(p->dir, TRUST_CREATE | TRUST_OWN, &loose, why, sizeof(why));
@@ -106,7 +134,7 @@ int persist_open(const struct persist_opts *o, struct persist **out, char *err, 
 		/* Others could write here: nothing in it can be believed. */
 		log_warn("%s %s was writable by group or others: what it held is discarded, and it is "
 			 "0700 now", what, p->dir);
-		trust_empty_dir(p->dirfd);
+		trust_empty_dir(p->dirfd, NULL);
 	}
 	p->lockfd = own_file(p, "lock", O_RDWR | O_CREAT, err, errlen, what);
 	if (p->lockfd < 0) {
@@ -119,8 +147,21 @@ int persist_open(const struct persist_opts *o, struct persist **out, char *err, 
 		ssize_t n = pread(p->lockfd, pid, sizeof(pid) - 1, 0);
 		pid[n > 0 ? n : 0] = 0;
 		pid[strcspn(pid, "\n")] = 0;
-		snprintf(err, errlen, "%s %s is in use by another epochfs%s%s%s: give each mount its "
-			 "own %s", what, p->dir, *pid ? " (pid " : "", pid, *pid ? ")" : "", what);
+		snprintf(err, errlen, "%s %s is in use by another epochfs%s%s%s: give each mount a "
+			 "state of its own", what, p->dir, *pid ? " (pid " : "", pid, *pid ? ")" : "");
+		goto fail;
+	}
+	if (!lock_linked(p)) {
+		/* The daemon before us removed the state between our open and
+		 * our lock (remove_state() unlinks the lock last): start again
+		 * on what is there now. */
+		close(p->lockfd);
+		close(p->dirfd);
+		p->lockfd = p->dirfd = -1;
+		if (++tries < 8)
+			goto again;
+		e = -EAGAIN;
+		snprintf(err, errlen, "%s %s keeps being removed under us", what, p->dir);
 		goto fail;
 	}
 	{
@@ -226,8 +267,9 @@ void persist_remove(struct persist *p)
 		pthread_mutex_lock(&p->wlock);
 		p->recording = 0;
 		pthread_mutex_unlock(&p->wlock);
-		if (trust_empty_dir(p->dirfd) < 0 || rmdir(p->dir) < 0)
-			log_warn("cache state %s: cannot remove it: %s", p->dir, strerror(errno));
+		int e = remove_state(p->dirfd, AT_FDCWD, p->dir);
+		if (e < 0 && e != -ENOTEMPTY)
+			log_warn("cache state %s: cannot remove it: %s", p->dir, strerror(-e));
 	}
 	persist_close(p);
 }
@@ -362,8 +404,7 @@ int persist_sweep(const char *root, const char *except)
 			continue;                   /* held, or not a state */
 		}
 		if (orphan_goes(fd, mnt, sizeof(mnt))) {
-			trust_empty_dir(fd);
-			if (unlinkat(rootfd, e->d_name, AT_REMOVEDIR) == 0) {
+			if (remove_state(fd, rootfd, e->d_name) == 0) {
 				removed++;
 				log_info("freed the cache state %s/%s: its daemon is gone and %s is no longer an "
 					 "epochfs mount", root, e->d_name, mnt);

@@ -361,7 +361,7 @@ fail:
 	return e;
 }
 
-int trust_empty_dir(int dirfd)
+int trust_empty_dir(int dirfd, const char *keep)
 {
 	int fd = dup(dirfd), err = 0;
 	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
@@ -375,7 +375,7 @@ int trust_empty_dir(int dirfd)
 	}
 	rewinddir(d);
 	while ((e = readdir(d))) {
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || (keep && !strcmp(e->d_name, keep)))
 			continue;
 		if (unlinkat(dirfd, e->d_name, 0) < 0 && errno != ENOENT) {
 			/* A directory: removed when empty, else left (it cannot be

@@ -61,8 +61,9 @@ int trust_file(const char *path, char *why, size_t whylen);
  * and no permission for group or others; else -EPERM with WHY. */
 int trust_openat(int dirfd, const char *name, int flags, mode_t mode, char *why, size_t whylen);
 
-/* Removes every entry of the directory DIRFD that is not a directory
- * (symlinks are removed, never followed). 0 or -errno (the first failure). */
-int trust_empty_dir(int dirfd);
+/* Removes every entry of the directory DIRFD but KEEP (a name, or NULL):
+ * files and symlinks (removed, never followed), and empty directories; a
+ * directory with something in it stays. 0 or -errno (the first failure). */
+int trust_empty_dir(int dirfd, const char *keep);
 
 #endif

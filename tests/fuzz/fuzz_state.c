@@ -97,6 +97,17 @@ static int adopt(void *arg, uint32_t id, uint32_t chunk, const struct index_vers
 	return (xxh & 7) == 0 ? -EBADMSG : 0;   /* some fail their check, as corrupt bytes would */
 }
 
+/* The state and the source go with the process (libFuzzer ends by exit()). */
+static void cleanup(void)
+{
+	char cmd[600];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", dir, src);
+	if (system(cmd) != 0) {
+		/* nothing more to do at exit */
+	}
+}
+
 static void setup_once(void)
 {
 	static int done;
@@ -108,6 +119,7 @@ static void setup_once(void)
 	snprintf(dir, sizeof(dir), "/dev/shm/epochfs-fuzz-state.%d", (int)getpid());
 	snprintf(src, sizeof(src), "/tmp/epochfs-fuzz-src.%d", (int)getpid());
 	mkdir(src, 0700);
+	atexit(cleanup);
 	for (unsigned i = 1; i <= NFILES; i++)
 		vers[i] = (struct index_version){ .ino = 10 + i, .size = 1000 * i, .mtime_ns = 7, .ctime_ns = 7 };
 }

@@ -390,3 +390,24 @@ Test(core_pf, a_miss_the_cache_admits_fills_it_from_staging_not_storage)
 	cr_expect_eq(sample("cache_hits"), hits + 3);
 	cr_expect_eq(storage_bytes(), stored);
 }
+
+/* The memory thread reads the order and sets staging's and the cache's
+ * limits: core_close() stops it before any of them goes. A thread that
+ * ticks right as the mount closes (its first tick comes at once) must find
+ * them all (a NULL order here was a crash at umount). */
+Test(core_close, stops_the_memory_thread_before_what_it_reads)
+{
+	char *d = th_tmpdir();
+
+	th_write(d, "a", "bytes");
+	for (int i = 0; i < 150; i++) {
+		struct core_opts o = { .source = d, .cache_size = 1 << 20, .timeout = 3600,
+				       .prefetch_mem = 1 << 20 };
+		struct core *c;
+		cr_assert_eq(core_open(&o, &c), 0);
+		cr_assert_eq(core_start(c), 0);
+		core_close(c);
+	}
+	th_rmrf(d);
+	free(d);
+}
