@@ -282,7 +282,7 @@ layers:
 test: layers unit cuda-test pyunit fuzz-smoke integration
 
 demo: all
-	$(Q)BUILD=$(BUILD) bash tools/demo.sh
+	$(Q)BUILD=$(BUILD) DEMO_JSON=$(if $(JSON),1,0) bash tools/demo.sh
 
 bench: all $(TEST_DEPS_STAMP)
 	$(Q)BUILD=$(BUILD) bash tools/bench/run.sh

@@ -26,6 +26,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #define XXH_INLINE_ALL
@@ -51,6 +52,28 @@ static int lock_linked(const struct persist *p)
 	return fstat(p->dirfd, &d) == 0 && d.st_nlink > 0 && fstat(p->lockfd, &l) == 0 &&
 	       fstatat(p->dirfd, "lock", &n, AT_SYMLINK_NOFOLLOW) == 0 && n.st_ino == l.st_ino &&
 	       n.st_dev == l.st_dev;
+}
+
+static int epochfs_mounted(const char *mnt);
+static void read_owner(int dirfd, char *mnt, size_t mlen, int *kept);
+
+/* 1 when the daemon holding P's lock is stopping: the mount point its
+ * owner file names is a directory, no longer an epochfs mount. Says it
+ * waits. (A holder still starting, its mount not made yet, is waited for
+ * too: it either serves, and we give up, or fails and lets go.) */
+static int stopping(const struct persist *p, const char *what)
+{
+	char mnt[4096];
+	int kept;
+
+	struct stat sb;
+
+	read_owner(p->dirfd, mnt, sizeof(mnt), &kept);
+	if (!*mnt || stat(mnt, &sb) < 0 || !S_ISDIR(sb.st_mode) || epochfs_mounted(mnt))
+		return 0;
+	log_info("%s %s: waiting up to %d s for the daemon before to finish stopping", what, p->dir,
+		 PERSIST_STOP_WAIT_S);
+	return 1;
 }
 
 /* Removes the state in DIRFD (its lock held through it), named NAME in
@@ -140,6 +163,16 @@ again:
 	if (p->lockfd < 0) {
 		e = p->lockfd;
 		goto fail;
+	}
+	if (flock(p->lockfd, LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK && stopping(p, what)) {
+		/* The daemon before us is stopping (umount returns before it
+		 * has let go): wait for it, as a restart by hand would. */
+		for (int i = 0; i < PERSIST_STOP_WAIT_S * 50; i++) {
+			struct timespec ts = { 0, 20 * 1000 * 1000 };
+			nanosleep(&ts, NULL);
+			if (flock(p->lockfd, LOCK_EX | LOCK_NB) == 0)
+				break;
+		}
 	}
 	if (flock(p->lockfd, LOCK_EX | LOCK_NB) < 0) {
 		char pid[32] = "";
@@ -331,6 +364,40 @@ void persist_default_dir(const char *root, const char *mountpoint, char *buf, si
 		 (unsigned long long)(XXH3_64bits(mountpoint, ml) & 0xffffffffu));
 }
 
+/* Reads DIRFD/owner: its mount point into MNT ("" when unreadable) and
+ * whether it was kept on purpose (kept=1). */
+static void read_owner(int dirfd, char *mnt, size_t mlen, int *kept)
+{
+	char line[4200];
+	int ofd = openat(dirfd, "owner", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	FILE *f;
+
+	*mnt = 0;
+	*kept = 0;
+	if (ofd < 0 || !(f = fdopen(ofd, "r"))) {
+		if (ofd >= 0)
+			close(ofd);
+		return;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = 0;
+		if (!strncmp(line, "mountpoint=", 11))
+			snprintf(mnt, mlen, "%s", line + 11);
+		else if (!strcmp(line, "kept=1"))
+			*kept = 1;
+	}
+	fclose(f);
+}
+
+/* 1 if MNT is an epochfs mount now. */
+static int epochfs_mounted(const char *mnt)
+{
+	char type[64];
+
+	return path_mount_type("/proc/self/mountinfo", mnt, type, sizeof(type)) == 1 &&
+	       !strcmp(type, "fuse.epochfs");
+}
+
 /* Whether the orphaned state in DIRFD (its lock held by us) is to go:
  * its OWNER file's mount point is gone, or no longer an epochfs mount
  * (unmounted cleanly or by hand: no restart will come for it), unless it
@@ -338,33 +405,17 @@ void persist_default_dir(const char *root, const char *mountpoint, char *buf, si
  * kill -9) keeps its state for the restart. */
 static int orphan_goes(int dirfd, char *mnt, size_t mlen)
 {
-	char line[4200], type[64];
-	int kept = 0, ofd = openat(dirfd, "owner", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	FILE *f;
 	struct stat sb;
+	int kept;
 
-	*mnt = 0;
-	if (ofd < 0 || !(f = fdopen(ofd, "r"))) {
-		if (ofd >= 0)
-			close(ofd);
-		return 0;                   /* not a state we can read: left alone */
-	}
-	while (fgets(line, sizeof(line), f)) {
-		line[strcspn(line, "\n")] = 0;
-		if (!strncmp(line, "mountpoint=", 11))
-			snprintf(mnt, mlen, "%s", line + 11);
-		else if (!strcmp(line, "kept=1"))
-			kept = 1;
-	}
-	fclose(f);
+	read_owner(dirfd, mnt, mlen, &kept);
 	if (!*mnt)
 		return 0;
 	if (stat(mnt, &sb) < 0 && errno == ENOENT)
 		return 1;
 	if (kept)
 		return 0;
-	return path_mount_type("/proc/self/mountinfo", mnt, type, sizeof(type)) != 1 ||
-	       strcmp(type, "fuse.epochfs") != 0;
+	return !epochfs_mounted(mnt);
 }
 
 int persist_sweep(const char *root, const char *except)

@@ -61,6 +61,7 @@
 
 #define PERSIST_FORMAT 2u                   /* 2: the header names the manifest in force */
 #define PERSIST_ROOT_PREFIX "/dev/shm/epochfs"  /* the default root is PREFIX-UID */
+#define PERSIST_STOP_WAIT_S 30              /* persist_open waits this long for a stopping holder */
 
 struct persist;
 
@@ -118,7 +119,10 @@ typedef int (*persist_path_fn)(void *arg, uint32_t id, char *buf, size_t len);
  * CAPACITY bytes and reads DIR/table's header, discarding a state that
  * does not match (persist_get_stats() says why). Returns 0 and *OUT, or
  * -EBUSY (another daemon holds it), -EINVAL (not on tmpfs), -EPERM (not
- * trusted), -ENOSPC (no room), -errno; ERR gets one line. */
+ * trusted), -ENOSPC (no room), -errno; ERR gets one line. A lock held by
+ * a daemon whose mount point is no longer an epochfs mount (it is
+ * stopping: umount returns before the daemon exits) is waited for, up to
+ * PERSIST_STOP_WAIT_S; one held by a serving daemon is -EBUSY at once. */
 int persist_open(const struct persist_opts *o, struct persist **out, char *err, size_t errlen);
 
 /* What persist_open leaves free on a filesystem of FS_SIZE bytes: a

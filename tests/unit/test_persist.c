@@ -11,11 +11,13 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/file.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "helpers.h"
 #include "store/cache.h"
 #include "store/persist.h"
+#include "util/clock.h"
 
 #define CHUNK 16384u       /* every test item is one whole piece of its file */
 #define CAP (1u << 20)
@@ -332,6 +334,44 @@ Test(persist, one_daemon_per_state)
 	stop(&a);
 	cr_assert_eq(persist_open(&po, &p2, err, sizeof(err)), 0);
 	persist_close(p2);
+}
+
+/* umount returns before the daemon has let go of its state: a daemon
+ * started right after waits for it, rather than running without a state. */
+Test(persist, a_stopping_daemon_is_waited_for)
+{
+	char *mnt = th_tmpdir();      /* the holder's mount point: a directory, not mounted */
+	struct persist_opts po = { .dir = state, .source = src, .mountpoint = mnt, .chunk = CHUNK,
+				   .capacity = CAP, .tmpfs = 1 };
+	struct persist *p;
+	char err[600];
+	int fds[2];
+
+	cr_assert_eq(pipe(fds), 0);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		struct persist *held;
+		if (persist_open(&po, &held, err, sizeof(err)) < 0)
+			_exit(1);
+		if (write(fds[1], "x", 1) != 1)
+			_exit(1);
+		usleep(300 * 1000);     /* stopping */
+		_exit(0);               /* the lock goes with the process */
+	}
+	char x;
+	cr_assert_eq(read(fds[0], &x, 1), 1, "the holder did not start");
+	double t0 = clock_now();
+	cr_assert_eq(persist_open(&po, &p, err, sizeof(err)), 0, "%s", err);
+	cr_expect_geq(clock_now() - t0, 0.2, "it did not wait for the holder");
+	persist_close(p);
+	int status;
+	waitpid(pid, &status, 0);
+	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	close(fds[0]);
+	close(fds[1]);
+	th_rmrf(mnt);
+	free(mnt);
 }
 
 Test(persist, a_state_off_tmpfs_is_refused)
