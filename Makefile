@@ -9,6 +9,9 @@
 #                        needs nvcc), into build-cuda/; CPU builds are unchanged
 #   CI=true              adds -Werror
 
+# Recipes use bash (PIPESTATUS, [[ ]]); every machine make test supports has it.
+SHELL := /bin/bash
+
 V ?= 0
 ifeq ($(V),0)
 Q = @
@@ -249,37 +252,64 @@ define run_fuzzer
 endef
 
 fuzz-smoke: $(FUZZERS:%=$(BUILD)/fuzz_%) $(CORPUS)/jpeg/.seeded
-	$(Q)$(foreach f,$(FUZZERS),$(call run_fuzzer,$(f),$(FUZZ_SMOKE),-seed=1) && ) true
+	$(Q)mkdir -p $(SUMMARY); rm -f $(SUMMARY)/fuzz; \
+	$(foreach f,$(FUZZERS),$(call run_fuzzer,$(f),$(FUZZ_SMOKE),-seed=1) && ) \
+	echo "fuzzers       $(words $(FUZZERS)) harnesses, $(FUZZ_SMOKE) s each, no crash" > $(SUMMARY)/fuzz
 
 fuzz: $(FUZZERS:%=$(BUILD)/fuzz_%) $(CORPUS)/jpeg/.seeded
 	$(Q)$(foreach f,$(FUZZERS),$(call run_fuzzer,$(f),$(FUZZ_SECONDS)) && ) true
 
 # Criterion runs each test in a child whose sanitizer reports (a leak, a
 # UBSan "runtime error") do not fail the test: the log is searched for them.
+# A passing program prints one line (the messages its tests provoke on
+# purpose stay in $(BUILD)/unit-all.log); a failing one its whole log.
+# Each suite leaves one line in $(SUMMARY) when it passes; make test ends
+# with them as one total.
+SUMMARY := $(BUILD)/summary
 unit: $(UNIT_BIN)
-	$(Q)for t in $(UNIT_BIN); do echo "== $$t"; $$t --timeout 60 -j2 >$(BUILD)/unit.log 2>&1; st=$$?; \
-		cat $(BUILD)/unit.log; [ $$st -eq 0 ] || exit $$st; \
+	$(Q)mkdir -p $(SUMMARY); rm -f $(SUMMARY)/unit; : > $(BUILD)/unit-all.log; \
+	for t in $(UNIT_BIN); do $$t --timeout 60 -j2 >$(BUILD)/unit.log 2>&1; st=$$?; \
+		cat $(BUILD)/unit.log >> $(BUILD)/unit-all.log; \
+		if [ $$st -ne 0 ]; then cat $(BUILD)/unit.log; echo "$$t: FAILED (its whole log above)"; exit $$st; fi; \
 		if grep -qE 'ERROR: (Leak|Address)Sanitizer|runtime error:' $(BUILD)/unit.log; then \
-			echo "$$t: sanitizer report above"; exit 1; fi; done
+			cat $(BUILD)/unit.log; echo "$$t: sanitizer report above"; exit 1; fi; \
+		printf '%-28s %s\n' "$${t##*/}" "$$(grep -o 'Tested: [0-9]* | Passing: [0-9]*' $(BUILD)/unit.log)"; done; \
+	awk '/Synthesis:/ {p += $$7} END {printf "unit tests    %d passed in $(words $(UNIT_BIN)) programs\n", p}' \
+		$(BUILD)/unit-all.log > $(SUMMARY)/unit
 
 integration: all $(TEST_HELPERS) $(TEST_DEPS_STAMP)
-	$(Q)BUILD=$(BUILD) bash tests/integration/run.sh
+	$(Q)mkdir -p $(SUMMARY); rm -f $(SUMMARY)/integration; \
+	BUILD=$(BUILD) bash tests/integration/run.sh | tee $(BUILD)/integration.log; st=$${PIPESTATUS[0]}; \
+	[ $$st = 0 ] && tail -1 $(BUILD)/integration.log | sed 's/^integration: /integration   /' > $(SUMMARY)/integration; \
+	exit $$st
 
 # The Python package's unit tests (the analyzer's model, options, step timer).
 pyunit: $(TEST_DEPS_STAMP)
-	$(Q)PYTHONPATH=$(CURDIR)/python /usr/bin/python3 -m unittest discover -s tests/python -t tests/python
+	$(Q)mkdir -p $(SUMMARY); rm -f $(SUMMARY)/python; \
+	PYTHONPATH=$(CURDIR)/python /usr/bin/python3 -m unittest discover -s tests/python -t tests/python \
+		2>&1 | tee $(BUILD)/pyunit.log; st=$${PIPESTATUS[0]}; \
+	[ $$st = 0 ] && awk '/^Ran / {n = $$2} /^OK/ && match($$0, /skipped=[0-9]+/) {k = substr($$0, RSTART + 8, RLENGTH - 8)} \
+		END {printf "python tests  %d passed, %d skipped\n", n - k, k}' $(BUILD)/pyunit.log > $(SUMMARY)/python; \
+	exit $$st
 
 # The GPU path (tests/cuda/run.sh): built with CUDA=1 into build-cuda/ when
 # nvcc is here; what needs a GPU is skipped without one (exit 77).
 cuda-test:
-	$(Q)bash tests/cuda/run.sh; st=$$?; [ $$st = 0 ] || [ $$st = 77 ]
+	$(Q)mkdir -p $(SUMMARY); rm -f $(SUMMARY)/cuda; \
+	bash tests/cuda/run.sh | tee $(BUILD)/cuda-test.log; st=$${PIPESTATUS[0]}; \
+	[ $$st = 0 ] && echo "GPU path      passed" > $(SUMMARY)/cuda; \
+	[ $$st = 77 ] && tail -1 $(BUILD)/cuda-test.log | sed 's/^cuda-test: SKIP: /GPU path      skipped: /' > $(SUMMARY)/cuda; \
+	[ $$st = 0 ] || [ $$st = 77 ]
 
 # The physical layers (tools/layers.py): util/ and store/ include nothing
 # above them, only the adapter speaks FUSE, no include cycle.
 layers:
-	$(Q)python3 tools/layers.py
+	$(Q)mkdir -p $(SUMMARY); rm -f $(SUMMARY)/layers; \
+	python3 tools/layers.py && echo "layers        include rules hold" > $(SUMMARY)/layers
 
 test: layers unit cuda-test pyunit fuzz-smoke integration
+	$(Q)echo "== make test: every suite passed"; \
+	for s in layers unit cuda python fuzz integration; do cat $(SUMMARY)/$$s; done | sed 's/^/   /'
 
 demo: all
 	$(Q)BUILD=$(BUILD) DEMO_JSON=$(if $(JSON),1,0) bash tools/demo.sh

@@ -44,20 +44,31 @@ static int fail(struct gpu_backend *b, cudaError_t e, const char *what)
 
 int backend_cuda_device(int device, char *why, size_t len)
 {
-	const char *hint = "";
 	cudaError_t e;
 	int n = 0;
 
 	e = cudaGetDeviceCount(&n);
+	/* Said plainly: CUDA names a missing driver "driver version is
+	 * insufficient", which reads like an upgrade to do on a machine that
+	 * simply has no GPU. */
 	if (e == cudaErrorInsufficientDriver) {
 		void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
-		if (!h)
-			hint = " (no NVIDIA driver: libcuda.so.1 cannot be loaded)";
-		else
-			dlclose(h);
+		if (!h) {
+			snprintf(why, len, "no CUDA device: no GPU here (no NVIDIA driver: libcuda.so.1 is not "
+				 "installed)");
+			return -ENODEV;
+		}
+		dlclose(h);
+		snprintf(why, len, "no CUDA device: the NVIDIA driver is older than this CUDA runtime needs (%s)",
+			 cudaGetErrorString(e));
+		return -ENODEV;
+	}
+	if (e == cudaErrorNoDevice || (e == cudaSuccess && n == 0)) {
+		snprintf(why, len, "no CUDA device: no GPU here (the NVIDIA driver sees none)");
+		return -ENODEV;
 	}
 	if (e != cudaSuccess) {
-		snprintf(why, len, "no CUDA device: %s%s", cudaGetErrorString(e), hint);
+		snprintf(why, len, "no CUDA device: %s", cudaGetErrorString(e));
 		return -ENODEV;
 	}
 	if (device < 0 || device >= n) {
