@@ -84,7 +84,7 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 DEPS_STAMP := $(BUILD)/.deps-ok
 TEST_DEPS_STAMP := $(BUILD)/.test-deps-ok
 
-all: $(DAEMON) $(TOOLS) $(BUILD)/epochfs-run $(BUILD)/epochfs-analyze $(GPU_LIB) $(GPU_TOOLS)
+all: $(DAEMON) $(TOOLS) $(BUILD)/epochfs-run $(BUILD)/epochfs-analyze $(GPU_LIB) $(GPU_TOOLS) man
 
 # epochfs-run and epochfs-analyze: launchers over the Python package in
 # python/ (pure Python), which the build tree runs from where it is.
@@ -103,6 +103,7 @@ $(TEST_DEPS_STAMP): tools/install-deps.sh | $(DEPS_STAMP)
 	$(Q)pkg-config --exists criterion && command -v fio >/dev/null \
 	   && command -v pgrep >/dev/null && command -v clang >/dev/null \
 	   && command -v ip >/dev/null && command -v nsenter >/dev/null && command -v nft >/dev/null \
+	   && command -v groff >/dev/null && command -v man >/dev/null \
 	   && /usr/bin/python3 -c 'import torchvision, ensurepip, yaml' 2>/dev/null \
 	   || bash tools/install-deps.sh test
 	$(Q)touch $@
@@ -193,6 +194,27 @@ $(BUILD)/tests/gpu_check: $(BUILD)/tests/cuda/gpu_check.o $(BUILD)/prep/batch.o 
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) -L$(BUILD) -lepochfs_gpu -Wl,-rpath,'$$ORIGIN/..' \
 		$(CUDA_LIBS) $(LIBS)
 endif
+
+# The man pages, written by hand in docs/man/ (NAME.SECTION), with the
+# release and the guides' directory filled in: into $(BUILD)/man/manN/ for
+# `man -l` and the tests (tests/integration/t_man.sh), and by make install
+# with the install's own DOCDIR.
+VERSION := $(shell sed -n 's/^\#define EPOCHFS_VERSION "\(.*\)"/\1/p' fs/util/version.h)
+MAN_PAGES := $(wildcard docs/man/*.[18])
+MAN_SED = sed -e 's|@VERSION@|$(VERSION)|g' -e 's|@DOCDIR@|$(DOCDIR)|g'
+MAN_BUILT := $(foreach p,$(MAN_PAGES),$(BUILD)/man/man$(subst .,,$(suffix $(p)))/$(notdir $(p)))
+
+man: $(MAN_BUILT)
+
+$(BUILD)/man/man1/%.1: docs/man/%.1 fs/util/version.h
+	$(call say,MAN,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(MAN_SED) $< > $@
+
+$(BUILD)/man/man8/%.8: docs/man/%.8 fs/util/version.h
+	$(call say,MAN,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(MAN_SED) $< > $@
 
 # Helpers the integration tests run (not installed tools).
 TEST_HELPERS := $(BUILD)/tests/mkjpeg
@@ -322,8 +344,9 @@ bench: all $(TEST_DEPS_STAMP)
 # to SBINDIR (mount looks in /sbin: with PREFIX=/usr it is there; else
 # link it, or rely on fuse3's mount.fuse3, which finds /usr/local/bin/epochfs
 # on its default PATH), the Python package to
-# PYTHONDIR (epochfs-run and epochfs-analyze point there), man pages made
-# from each command's --help to MANDIR, the systemd unit epochfs@.service to
+# PYTHONDIR (epochfs-run and epochfs-analyze point there), the man pages of
+# docs/man/ to MANDIR, the guides (README.md, docs/*.md) and a sample
+# /etc/epochfs/NAME.conf to DOCDIR, the systemd unit epochfs@.service to
 # SYSTEMDUNITDIR (systemd reads /usr/local/lib/systemd/system too); its
 # per-mount settings are read from SYSCONFDIR/epochfs/ (/etc, not
 # PREFIX/etc: a service's configuration lives there whatever the prefix).
@@ -333,6 +356,7 @@ BINDIR ?= $(PREFIX)/bin
 SBINDIR ?= $(PREFIX)/sbin
 DATADIR ?= $(PREFIX)/share
 MANDIR ?= $(DATADIR)/man
+DOCDIR ?= $(DATADIR)/doc/epochfs
 PYTHONDIR ?= $(PREFIX)/lib/epochfs/python
 # The package is byte-compiled for this Python at install: every Python
 # process of a job under epochfs-run loads the boot shim, and a job's user
@@ -342,46 +366,39 @@ SYSCONFDIR ?= /etc
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 INSTALL ?= install
 INSTALL_BINS := epochfs epochfs-gen epochfs-bench epochfs-stat epochfs-prep epochfs-manifest epochfs-warmup
-MAN1 := epochfs-gen:"a synthetic ImageNet-like JPEG dataset" \
-	epochfs-bench:"epoch-wise shuffled reads of a directory" \
-	epochfs-stat:"a live view of an epochfs mount's counters" \
-	epochfs-prep:"declare coordinated prep groups in an epochfs mount" \
-	epochfs-manifest:"per-chunk checksums of a dataset for epochfs --manifest" \
-	epochfs-warmup:"load files into an epochfs mount's caches before training" \
-	epochfs-run:"run a training job with epochfs's order-aware prefetch" \
-	epochfs-analyze:"measure a training job's data stalls and predict what would help"
-
-MAN1_NAMES := epochfs-gen epochfs-bench epochfs-stat epochfs-prep epochfs-manifest epochfs-warmup epochfs-run \
-	      epochfs-analyze
+DOCS := README.md $(wildcard docs/*.md)
+SAMPLE_CONF := tools/systemd/mnt-imagenet.conf
 
 install: all
 	$(Q)$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 \
-		$(DESTDIR)$(PYTHONDIR) $(DESTDIR)$(SYSTEMDUNITDIR)
+		$(DESTDIR)$(PYTHONDIR) $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(DOCDIR)/examples
 	$(Q)for b in $(INSTALL_BINS); do $(INSTALL) -m 755 $(BUILD)/$$b $(DESTDIR)$(BINDIR)/$$b || exit 1; done
 	$(Q)$(INSTALL) -m 755 tools/mount.fuse.epochfs $(DESTDIR)$(SBINDIR)/mount.fuse.epochfs
 	$(Q)for b in epochfs-run epochfs-analyze; do \
 		sed 's|@PYTHONDIR@|$(PYTHONDIR)|' tools/$$b.sh > $(DESTDIR)$(BINDIR)/$$b && chmod 755 $(DESTDIR)$(BINDIR)/$$b || exit 1; done
-	$(Q)sed 's|@BINDIR@|$(BINDIR)|g; s|@SYSCONFDIR@|$(SYSCONFDIR)|g' tools/systemd/epochfs@.service \
+	$(Q)sed 's|@BINDIR@|$(BINDIR)|g; s|@SYSCONFDIR@|$(SYSCONFDIR)|g; s|@DOCDIR@|$(DOCDIR)|g' tools/systemd/epochfs@.service \
 		> $(DESTDIR)$(SYSTEMDUNITDIR)/epochfs@.service && chmod 644 $(DESTDIR)$(SYSTEMDUNITDIR)/epochfs@.service
 	$(Q)cp -R python/epochfs python/epochfs_prep.py $(DESTDIR)$(PYTHONDIR)/ && find $(DESTDIR)$(PYTHONDIR) -name __pycache__ -prune -exec rm -rf {} +
 	$(Q)if command -v $(PYTHON) >/dev/null 2>&1; then \
 		$(PYTHON) -m compileall -q -d $(PYTHONDIR) $(DESTDIR)$(PYTHONDIR) >/dev/null || exit 1; fi
-	$(Q)sh tools/mkman.sh $(BUILD)/epochfs 8 "a FUSE filesystem for deep-learning datasets" > $(DESTDIR)$(MANDIR)/man8/epochfs.8
-	$(Q)for m in $(MAN1); do n=$${m%%:*}; d=$${m#*:}; d=$${d#\"}; d=$${d%\"}; \
-		sh tools/mkman.sh $(BUILD)/$$n 1 "$$d" > $(DESTDIR)$(MANDIR)/man1/$$n.1 || exit 1; done
+	$(Q)for p in $(MAN_PAGES); do n=$${p##*/}; \
+		$(MAN_SED) $$p > $(DESTDIR)$(MANDIR)/man$${n##*.}/$$n && chmod 644 $(DESTDIR)$(MANDIR)/man$${n##*.}/$$n || exit 1; done
+	$(Q)$(INSTALL) -m 644 $(DOCS) $(DESTDIR)$(DOCDIR)/
+	$(Q)$(INSTALL) -m 644 $(SAMPLE_CONF) $(DESTDIR)$(DOCDIR)/examples/
 	@echo "installed into $(DESTDIR)$(PREFIX)"
 
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(INSTALL_BINS) epochfs-run epochfs-analyze)
 	rm -f $(DESTDIR)$(SBINDIR)/mount.fuse.epochfs $(DESTDIR)$(SYSTEMDUNITDIR)/epochfs@.service
-	rm -f $(DESTDIR)$(MANDIR)/man8/epochfs.8 $(foreach n,$(MAN1_NAMES),$(DESTDIR)$(MANDIR)/man1/$(n).1)
+	rm -f $(foreach p,$(MAN_PAGES),$(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(p)))/$(notdir $(p)))
+	rm -f $(addprefix $(DESTDIR)$(DOCDIR)/,$(notdir $(DOCS))) $(DESTDIR)$(DOCDIR)/examples/$(notdir $(SAMPLE_CONF))
 	rm -rf $(DESTDIR)$(PYTHONDIR)
-	-rmdir $(DESTDIR)$(PREFIX)/lib/epochfs 2>/dev/null
+	-rmdir $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) $(DESTDIR)$(PREFIX)/lib/epochfs 2>/dev/null
 
 clean:
 	rm -rf build build-san build-cuda build-san-cuda
 
-.PHONY: all unit pyunit integration test demo bench clean fuzz fuzz-smoke cuda-test install uninstall layers
+.PHONY: all man unit pyunit integration test demo bench clean fuzz fuzz-smoke cuda-test install uninstall layers
 .SECONDARY:
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -217,15 +217,17 @@ int ops_session_new(const struct ops_config *cfg, struct ops_session **out)
 	}
 	/* fsname=SOURCE (commas and backslashes escaped for libfuse's option
 	 * parser): df and /proc/self/mountinfo show what is mounted, and a
-	 * later epochfs finds the SOURCE behind a mount it is asked to read. */
-	w = opts + sprintf(opts, "%sdefault_permissions,subtype=epochfs,fsname=", cfg->read_only ? "ro," : "");
+	 * later epochfs finds the SOURCE behind a mount it is asked to read.
+	 * A read-only mount's "ro" goes last: libfuse keeps the last of ro and
+	 * rw, and mount(8) passes "rw" to its helpers unless told "ro". */
+	w = opts + sprintf(opts, "default_permissions,subtype=epochfs,fsname=");
 	for (const char *p = cfg->fsname ? cfg->fsname : "epochfs"; *p && w < opts + 4096 * 2; p++) {
 		if (*p == ',' || *p == '\\')
 			*w++ = '\\';
 		*w++ = *p;
 	}
-	snprintf(w, sizeof(opts) - (size_t)(w - opts), "%s%s", cfg->fuse_opts && cfg->fuse_opts[0] ? "," : "",
-		 cfg->fuse_opts ? cfg->fuse_opts : "");
+	snprintf(w, sizeof(opts) - (size_t)(w - opts), "%s%s%s", cfg->fuse_opts && cfg->fuse_opts[0] ? "," : "",
+		 cfg->fuse_opts ? cfg->fuse_opts : "", cfg->read_only ? ",ro" : "");
 	if (fuse_opt_add_arg(&args, "epochfs") || fuse_opt_add_arg(&args, "-o") ||
 	    fuse_opt_add_arg(&args, opts) || (cfg->debug && fuse_opt_add_arg(&args, "-d"))) {
 		fuse_opt_free_args(&args);

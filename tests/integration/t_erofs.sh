@@ -65,6 +65,21 @@ assert os.statvfs(sys.argv[1]).f_flag & os.ST_RDONLY
 PY
 ok "--no-prep: a read-only mount, EROFS at open"
 umount_ep
+
+# mount(8) gives its helpers "-o rw" unless told ro: --no-prep stays ro all
+# the same (it did not: the daemon's ro came first and the rw after won).
+ro_in_mounts() { awk -v m="$m" '$2 == m { print $4 }' /proc/mounts | tr , '\n' | grep -qx ro; }
+mount_ep "$T/src" "$m" --no-prep -o rw
+ro_in_mounts || fail "--no-prep -o rw: /proc/mounts says $(awk -v m="$m" '$2 == m { print $4 }' /proc/mounts)"
+expect_erofs touch "$m/new"
+umount_ep
+# -o ro (an fstab line's): read-only for the kernel, .prep/ specs included.
+mount_ep "$T/src" "$m" -o ro
+ro_in_mounts || fail "-o ro: /proc/mounts says $(awk -v m="$m" '$2 == m { print $4 }' /proc/mounts)"
+expect_erofs bash -c "printf 'batch=4\\n' > '$m/.prep/g.spec'"
+expect_erofs touch "$m/new"
+umount_ep
+ok "/proc/mounts says ro for --no-prep -o rw (mount(8)'s default) and for -o ro, whose .prep/ takes no spec"
 after=$(cd "$T/src" && find . -printf '%P %s %T@ %m\n' | sort | md5sum)
 [ "$before" = "$after" ] || fail "SOURCE changed"
 ok "SOURCE untouched"

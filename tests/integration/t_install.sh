@@ -1,7 +1,9 @@
 # make install into a DESTDIR, then, from there only: mount -t fuse.epochfs
 # with -o options (they take effect: stats.json), umount; an fstab line under
 # mount -a (a temporary fstab, mount -T) the same; an unknown option refused;
-# every man page renders (man -l); make uninstall leaves nothing behind.
+# every man page of docs/man renders (man -l), and every file of the guides'
+# directory a page names is installed there (the guides, the sample
+# /etc/epochfs conf); make uninstall leaves nothing behind.
 . "$(dirname "$0")/lib.sh"
 command -v mount >/dev/null && command -v man >/dev/null || skip "needs mount and man"
 [ -w /sbin ] || skip "needs /sbin writable (root) for mount(8)'s helper"
@@ -32,7 +34,20 @@ for p in "$R"/usr/local/share/man/man*/*; do
 	man -l "$p" 2>/dev/null | grep -q DESCRIPTION || fail "man -l $(basename "$p") renders no description"
 done
 man -l "$R/usr/local/share/man/man8/epochfs.8" 2>/dev/null | grep -q -- "--cache-dir-size" || fail "epochfs(8) lacks options"
-ok "make install: binaries (all --version $ver), mount helper, Python package, $(ls "$R"/usr/local/share/man/man*/* | wc -l) man pages that render"
+for p in "$ROOT"/docs/man/*; do
+	n=$(basename "$p")
+	[ -f "$R/usr/local/share/man/man${n##*.}/$n" ] || fail "not installed: man page $n"
+done
+D=/usr/local/share/doc/epochfs
+for f in README.md install.md cache.md examples/mnt-imagenet.conf; do
+	[ -f "$R$D/$f" ] || fail "not installed: $D/$f"
+done
+named=$(cat "$R"/usr/local/share/man/man*/* | sed 's/\\-/-/g' | grep -o "$D/[A-Za-z0-9./_-]*" | sed 's/[.,)]*$//' | sort -u)
+[ -n "$named" ] || fail "no man page names $D"
+for f in $named; do
+	[ -e "$R$f" ] || fail "a man page names $f, which make install did not install"
+done
+ok "make install: binaries (all --version $ver), mount helper, Python package, $(ls "$R"/usr/local/share/man/man*/* | wc -l) man pages that render, the $(echo "$named" | wc -w) files of $D they name"
 
 "$GEN" "$T/src" --files 40 --classes 2 >/dev/null || fail "epochfs-gen"
 mkdir -p "$T/m1" "$T/m2"
