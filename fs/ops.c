@@ -369,7 +369,10 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t p, const char *n, mode_t m)
 
 static void op_unlink(fuse_req_t req, fuse_ino_t p, const char *n)
 {
-	fuse_reply_err(req, -core_unlink(C(req), p, n));
+	const struct fuse_ctx *x = fuse_req_ctx(req);
+	struct core_caller who = { .uid = x->uid, .gid = x->gid };
+
+	fuse_reply_err(req, -core_unlink(C(req), p, n, &who));
 }
 
 static void op_rmdir(fuse_req_t req, fuse_ino_t p, const char *n)
@@ -413,9 +416,11 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *b, size_t sz, o
 static void op_create(fuse_req_t req, fuse_ino_t p, const char *n, mode_t m,
 		      struct fuse_file_info *fi)
 {
+	const struct fuse_ctx *x = fuse_req_ctx(req);
+	struct core_caller who = { .uid = x->uid, .gid = x->gid };
 	struct fuse_entry_param e;
 	struct core_attr a;
-	int err = core_create(C(req), p, n, &a);
+	int err = core_create(C(req), p, n, &who, &a);
 
 	(void)m;
 	if (err) {

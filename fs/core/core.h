@@ -181,17 +181,24 @@ typedef void (*core_read_fn)(void *arg, ssize_t res, const void *buf);
  * exactly once, on this thread or another. */
 void core_read(struct core *c, uint64_t node, off_t off, size_t len, core_read_fn done, void *arg);
 
-/* Write-type calls: only .prep/ takes them (spec files); anything else is
- * -EROFS. core_open_check(): may NODE be opened with FLAGS (O_ACCMODE,
+/* Write-type calls: only .prep/ (spec files) and .epochfs/order/ (the
+ * jobs' streams) take them; anything else is -EROFS. core_open_check(): may NODE be opened with FLAGS (O_ACCMODE,
  * O_TRUNC)? 0 or -errno; *A gets its attributes (flags say how). */
 int core_open_check(struct core *c, uint64_t node, int flags, struct core_attr *a);
 int core_access(struct core *c, uint64_t node, int mask);
 ssize_t core_write(struct core *c, uint64_t node, const void *buf, size_t len, off_t off);
-int core_create(struct core *c, uint64_t parent, const char *name, struct core_attr *a);
+/* Who asks for a create or an unlink (the FUSE request's caller): a
+ * stream of .epochfs/order/ belongs to its creator. NULL: the daemon's
+ * own user. */
+struct core_caller {
+	uint32_t uid, gid;
+};
+int core_create(struct core *c, uint64_t parent, const char *name, const struct core_caller *who,
+		struct core_attr *a);
 /* Truncates NODE to SIZE (a spec being rewritten; SIZE < 0: only the
  * attributes); 0 and *A, or -errno. */
 int core_truncate(struct core *c, uint64_t node, off_t size, struct core_attr *a);
-int core_unlink(struct core *c, uint64_t parent, const char *name);
+int core_unlink(struct core *c, uint64_t parent, const char *name, const struct core_caller *who);
 /* The kernel closed a file it opened through us (a spec: it is committed). */
 void core_release(struct core *c, uint64_t node);
 /* The kernel dropped NLOOKUP references to NODE. */

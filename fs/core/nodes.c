@@ -140,12 +140,19 @@ ssize_t core_write(struct core *c, uint64_t node, const void *buf, size_t len, o
 	return o->write ? o->write(c, node, buf, len, off) : -EROFS;
 }
 
-int core_create(struct core *c, uint64_t parent, const char *name, struct core_attr *a)
+static struct core_caller caller_of(const struct core_caller *who)
+{
+	return who ? *who : (struct core_caller){ .uid = (uint32_t)geteuid(), .gid = (uint32_t)getegid() };
+}
+
+int core_create(struct core *c, uint64_t parent, const char *name, const struct core_caller *who,
+		struct core_attr *a)
 {
 	const struct ns_ops *o = ops[ns_of(parent)];
+	struct core_caller me = caller_of(who);
 
 	memset(a, 0, sizeof(*a));
-	return o->create ? o->create(c, parent, name, a) : -EROFS;
+	return o->create ? o->create(c, parent, name, &me, a) : -EROFS;
 }
 
 int core_truncate(struct core *c, uint64_t node, off_t size, struct core_attr *a)
@@ -155,11 +162,12 @@ int core_truncate(struct core *c, uint64_t node, off_t size, struct core_attr *a
 	return o->truncate ? o->truncate(c, node, size, a) : -EROFS;
 }
 
-int core_unlink(struct core *c, uint64_t parent, const char *name)
+int core_unlink(struct core *c, uint64_t parent, const char *name, const struct core_caller *who)
 {
 	const struct ns_ops *o = ops[ns_of(parent)];
+	struct core_caller me = caller_of(who);
 
-	return o->unlink ? o->unlink(c, parent, name) : -EROFS;
+	return o->unlink ? o->unlink(c, parent, name, &me) : -EROFS;
 }
 
 void core_release(struct core *c, uint64_t node)

@@ -343,14 +343,23 @@ def _publish(it, loader, indices, resolve, mapper):
     if outside and not per_mount:
         _say("outside", "the DataLoader's files are on no epochfs mount: nothing to tell")
         return
-    name = _stream_name(loader)
+    base = _stream_name(loader)
     meter = _meter_of(loader)
+    names = meter.setdefault("names", {})
     for mnt, rels in per_mount.items():
+        name = names.get(mnt, base)
         try:
-            _, fd = publish_order(mnt, name, rels, keep=True)
+            try:
+                _, fd = publish_order(mnt, name, rels, keep=True)
+            except PermissionError:
+                # The name is another user's stream (the directory is
+                # shared, like /tmp): one of our own, kept for later epochs.
+                name = "%s-u%d-%s" % (base[:40], os.getuid(), os.urandom(4).hex())
+                _, fd = publish_order(mnt, name, rels, keep=True)
         except OSError as e:
             _say("nochannel:" + mnt, "%s takes no orders (%s); the job runs as before" % (mnt, e.strerror))
             continue
+        names[mnt] = name
         old = meter["fds"].pop(mnt, None)
         if old is not None:
             _close(old)

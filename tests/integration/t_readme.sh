@@ -1,5 +1,5 @@
 # The README's first screen, as a new user runs it: make install into
-# /usr/local, mkdir, its /etc/fstab line (ro,allow_other), mount, then the
+# /usr/local, mkdir, its /etc/fstab line (allow_other), mount, then the
 # training job as a user who is not root. Each command is taken from the
 # README's first code block (the paths /data/imagenet and /mnt/imagenet
 # moved under $T), so the README and this test cannot part:
@@ -7,13 +7,16 @@
 #     /usr/local in a private mount namespace (nothing on the machine is
 #     touched), so mount(8) finds its helper the way the README's install
 #     makes it find one;
-#   - /proc/mounts says fuse.epochfs, ro and allow_other; the daemon is the
+#   - /proc/mounts says fuse.epochfs and allow_other; the daemon is the
 #     installed one;
 #   - as nobody: the listing is SOURCE's, every file's bytes are SOURCE's,
-#     a write is refused (read-only file system); a PyTorch job reads the
-#     whole dataset, right, both plain and under epochfs-run (which says in
-#     one line that a ro mount takes no orders); epochfs-stat reads the
-#     counters;
+#     a write to the dataset is refused (read-only file system); a PyTorch
+#     job reads the whole dataset, right, both plain and under epochfs-run,
+#     whose orders the mount takes from nobody (the daemon fetched ahead);
+#     a stream is nobody's own: another user can neither write nor end it;
+#     epochfs-stat reads the counters;
+#   - the same line with ro: the kernel refuses every write, orders too, and
+#     epochfs-run says so in one line and runs the job as before;
 #   - the same mount without allow_other: nobody gets "Permission denied"
 #     (why the README's line has it);
 #   - the daemon killed (kill -9): `mount` of the same fstab line again
@@ -49,7 +52,7 @@ line=$(sed -n "s/^echo '\\([^']*\\)'.*/\\1/p" "$T/block")
 read -r f_src f_mnt f_type f_opts f_dump f_pass <<<"$line"
 [ "$f_src $f_mnt $f_type" = "$SRC0 $MNT0 fuse.epochfs" ] && [ "$f_dump $f_pass" = "0 0" ] ||
 	fail "the README's fstab line: $line"
-case ,$f_opts, in *,ro,*) ;; *) fail "the README's fstab line has no ro: $f_opts" ;; esac
+case ,$f_opts, in *,ro,*) fail "the README's fstab line has ro (orders need a mount jobs may write to): $f_opts" ;; esac
 case ,$f_opts, in *,allow_other,*) ;; *) fail "the README's fstab line has no allow_other: $f_opts" ;; esac
 ok "the README's first screen: $line"
 
@@ -84,7 +87,6 @@ mountpoint -q "$MNT" || fail "mount returned, but nothing is mounted on $MNT"
 entry=$(awk -v m="$MNT" '$2 == m' /proc/mounts)
 read -r _ _ m_type m_opts _ <<<"$entry"
 [ "$m_type" = fuse.epochfs ] || fail "/proc/mounts type: $entry"
-case ,$m_opts, in *,ro,*) ;; *) fail "/proc/mounts does not say ro: $entry" ;; esac
 case ,$m_opts, in *,allow_other,*) ;; *) fail "/proc/mounts does not say allow_other: $entry" ;; esac
 EP_PID=$(stat_of "$MNT" daemon_pid)
 [ "$(readlink -f "/proc/$EP_PID/exe")" = /usr/local/bin/epochfs ] ||
@@ -101,9 +103,14 @@ cmp -s "$T/want.list" "$T/have.list" || fail "nobody's listing differs from SOUR
 as_nobody sh -c "cd '$MNT' && xargs -a '$T/want.list' -d '\\n' sha256sum" > "$T/have.sum" 2>"$T/read.err" ||
 	fail "nobody cannot read the mount: $(cat "$T/read.err")"
 cmp -s "$T/want.sum" "$T/have.sum" || fail "bytes nobody read differ from SOURCE"
-if as_nobody touch "$MNT/train/new" 2>"$T/w.err"; then fail "nobody wrote into the ro mount"; fi
-grep -q "Read-only file system" "$T/w.err" || fail "a write on the ro mount: $(cat "$T/w.err")"
-ok "as nobody: $(wc -l < "$T/want.list") files listed and read, bytes identical to SOURCE; a write gets EROFS"
+first=$MNT/$(head -1 "$T/want.list" | sed 's|^\./||')
+for w in "touch '$MNT/train/new'" "cp '$T/want.list' '$MNT/train/'" "rm -f '$first'" "mkdir '$MNT/d'" \
+	"touch '$MNT/.epochfs/x'" "truncate -s 0 '$first'"; do
+	if as_nobody sh -c "$w" 2>"$T/w.err"; then fail "nobody changed the dataset: $w"; fi
+	grep -q "Read-only file system\|Permission denied" "$T/w.err" || fail "$w: $(cat "$T/w.err")"
+done
+cmp -s "$T/want.list" <(cd "$SRC" && find . -type f | sort) || fail "SOURCE changed"
+ok "as nobody: $(wc -l < "$T/want.list") files listed and read, bytes identical to SOURCE; writes refused"
 
 # train.py: the README's `python3 train.py /mnt/imagenet/train`, a PyTorch
 # job (ImageFolder, shuffled DataLoader, 2 workers) that reads every file
@@ -133,9 +140,26 @@ have=$(as_nobody epochfs-run -- python3 "$T/train.py" "$MNT/train" 2>"$T/run.err
 	fail "epochfs-run as nobody: $(tail -3 "$T/run.err")"
 [ "$have" = "$want" ] || fail "under epochfs-run, train.py read other data: $have, want $want"
 said=$(grep '^epochfs-run:' "$T/run.err")
-[ "$said" = "epochfs-run: $MNT takes no orders (Read-only file system); the job runs as before" ] ||
+[ "$said" = "epochfs-run: DataLoader orders go to $MNT (prefetch ahead of the readers)" ] ||
 	fail "epochfs-run said: $(cat "$T/run.err")"
+[ "$(stat_of "$MNT" order_paths)" -ge "$(wc -l < "$T/want.list")" ] ||
+	fail "the mount took $(stat_of "$MNT" order_paths) paths from nobody's job"
 ok "as nobody: train.py read all ${want#* } files right, plain and under epochfs-run ($said)"
+
+# nobody's stream is nobody's: root's daemon took it, another user can
+# neither write to it nor end it, nobody ends it.
+O=$MNT/.epochfs/order
+[ "$(stat -c %a "$O")" = 1777 ] || fail ".epochfs/order/ is $(stat -c %a "$O"), not 1777"
+as_nobody sh -c "echo train/x > '$O/nobodys'" || fail "nobody cannot start a stream"
+[ "$(stat -c %U "$O/nobodys")" = nobody ] || fail "the stream is $(stat -c %U "$O/nobodys")'s, not nobody's"
+other=$(awk -F: '$3 >= 1 && $3 < 65534 && $1 != "nobody" {print $1; exit}' /etc/passwd)
+if [ -n "$other" ]; then
+	as_other() { runuser -u "$other" -- env -i PATH=/usr/bin:/bin LC_ALL=C.UTF-8 "$@"; }
+	if as_other sh -c "echo train/y > '$O/nobodys'" 2>/dev/null; then fail "$other wrote nobody's stream"; fi
+	if as_other rm -f "$O/nobodys" 2>/dev/null && [ ! -e "$O/nobodys" ]; then fail "$other ended nobody's stream"; fi
+fi
+as_nobody rm "$O/nobodys" || fail "nobody cannot end its stream"
+ok "as nobody: .epochfs/order/ is 1777, a stream its creator's${other:+ ($other can neither write nor end it)}"
 as_nobody epochfs-stat "$MNT" --count 1 > "$T/stat.out" 2>&1 || fail "epochfs-stat as nobody: $(cat "$T/stat.out")"
 grep -q "read MB/s" "$T/stat.out" || fail "epochfs-stat printed: $(cat "$T/stat.out")"
 ok "as nobody: epochfs-stat $MNT reads the counters"
@@ -149,6 +173,17 @@ fi
 umount "$T/mnt2" || fail "umount $T/mnt2"
 grep -q "Permission denied" "$T/deny.err" || fail "without allow_other, nobody got: $(cat "$T/deny.err")"
 ok "the same mount without allow_other: nobody gets \"Permission denied\""
+
+# ---- with ro ------------------------------------------------------------------
+mount -t fuse.epochfs "$SRC" "$T/mnt2" -o ro,allow_other,no_persist,cache_size=1M || fail "mount with ro"
+grep -q " $T/mnt2 fuse.epochfs ro," /proc/mounts || { umount "$T/mnt2"; fail "/proc/mounts: $(grep "$T/mnt2" /proc/mounts)"; }
+have=$(as_nobody epochfs-run -- python3 "$T/train.py" "$T/mnt2/train" 2>"$T/run.err") || { umount "$T/mnt2"; fail "epochfs-run on ro"; }
+umount "$T/mnt2" || fail "umount $T/mnt2"
+[ "$have" = "$want" ] || fail "under epochfs-run on ro, train.py read other data"
+said=$(grep '^epochfs-run:' "$T/run.err")
+[ "$said" = "epochfs-run: $T/mnt2 takes no orders (Read-only file system); the job runs as before" ] ||
+	fail "epochfs-run on ro said: $(cat "$T/run.err")"
+ok "with ro: /proc/mounts says ro, epochfs-run says no orders in one line, the job reads right"
 
 # ---- a crash, and mount again -----------------------------------------------
 kill -9 "$EP_PID"

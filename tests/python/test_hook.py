@@ -323,3 +323,50 @@ class Resolver(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class StreamNames(unittest.TestCase):
+    """The order directory is shared by every user (1777): a stream name
+    another user holds (EACCES) gives way to one of our own, kept for the
+    later epochs."""
+
+    class Loader:
+        pass
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+        os.makedirs(os.path.join(self.dir, ".epochfs", "order"))
+        self.opened = []
+        self.real = _hook.publish_order
+
+        def publish(mnt, name, rels, keep=False):
+            self.opened.append(name)
+            if name == self.taken:
+                raise PermissionError(13, "Permission denied")
+            return self.real(mnt, name, rels, keep=keep)
+        _hook.publish_order = publish
+        self.taken = None
+
+    def tearDown(self):
+        _hook.publish_order = self.real
+        shutil.rmtree(self.dir)
+
+    def publish(self, loader):
+        it = workers(0)
+        _hook._publish(it, loader, [0, 1], lambda i: os.path.join(self.dir, "f%d" % i),
+                       lambda p: (self.dir, os.path.relpath(p, self.dir)))
+
+    def test_a_name_held_by_another_user_gives_way(self):
+        loader = self.Loader()
+        self.taken = _hook._stream_name(loader)
+        self.publish(loader)
+        self.assertEqual(self.opened[0], self.taken)
+        own = self.opened[1]
+        self.assertTrue(own.startswith(self.taken[:40] + "-u%d-" % os.getuid()), own)
+        with open(os.path.join(self.dir, ".epochfs", "order", own)) as f:
+            self.assertEqual(f.read(), "f0\nf1\n")
+        self.publish(loader)                    # the next epoch: straight to our own name
+        self.assertEqual(self.opened[2:], [own])
+        for fd in _hook._meter_of(loader)["fds"].values():
+            os.close(fd)
+        _hook._meter_of(loader)["fds"].clear()

@@ -361,7 +361,7 @@ Test(core_pf, a_miss_the_cache_admits_fills_it_from_staging_not_storage)
 	cache_set_limit(core->cache, 0);
 	cr_assert_eq(core_lookup(core, CORE_ROOT_NODE, ".epochfs", &ctl), 0);
 	cr_assert_eq(core_lookup(core, ctl.node, "order", &order), 0);
-	cr_assert_eq(core_create(core, order.node, "job", &st), 0);
+	cr_assert_eq(core_create(core, order.node, "job", NULL, &st), 0);
 	cr_assert_eq(core_write(core, st.node, "big.bin\n", 8, 0), 8);
 	for (int i = 0; i < 500 && sample("prefetch_staged_bytes") < BIG; i++) {
 		struct timespec ts = { 0, 10 * 1000 * 1000 };

@@ -100,25 +100,25 @@ Test(nodes, writes_go_where_they_are_taken)
 	cr_expect_eq(core_open_check(core, top.node, O_RDONLY | O_TRUNC, &a), -EROFS);
 	cr_expect_eq(core_open_check(core, top.node, O_RDONLY, &a), 0);
 	cr_expect_eq(core_write(core, top.node, "x", 1, 0), -EROFS);
-	cr_expect_eq(core_create(core, CORE_ROOT_NODE, "new", &a), -EROFS);
-	cr_expect_eq(core_unlink(core, CORE_ROOT_NODE, "top.txt"), -EROFS);
+	cr_expect_eq(core_create(core, CORE_ROOT_NODE, "new", NULL, &a), -EROFS);
+	cr_expect_eq(core_unlink(core, CORE_ROOT_NODE, "top.txt", NULL), -EROFS);
 	cr_expect_eq(core_truncate(core, top.node, 0, &a), -EROFS);
 	/* .epochfs: read-only; order/: streams; .prep: specs. */
 	cr_expect_eq(core_access(core, ctl.node, W_OK), -EROFS);
-	cr_expect_eq(core_create(core, ctl.node, "x", &a), -EROFS);
+	cr_expect_eq(core_create(core, ctl.node, "x", NULL, &a), -EROFS);
 	cr_expect_eq(core_access(core, order.node, W_OK), 0);
-	cr_assert_eq(core_create(core, order.node, "job", &st), 0);
+	cr_assert_eq(core_create(core, order.node, "job", NULL, &st), 0);
 	cr_expect_eq(ns_of(st.node), NS_ORDER);
 	cr_expect_eq(core_write(core, st.node, "top.txt\n", 8, 0), 8);
 	cr_expect_eq(core_open_check(core, st.node, O_WRONLY, &a), 0);
 	cr_expect(listed(order.node, "job"));
 	cr_expect_eq(core_truncate(core, st.node, 0, &a), 0);
-	cr_expect_eq(core_unlink(core, order.node, "job"), 0);
+	cr_expect_eq(core_unlink(core, order.node, "job", NULL), 0);
 	cr_expect(!listed(order.node, "job"));
 	cr_expect_eq(core_access(core, prep.node, W_OK), 0);
-	cr_assert_eq(core_create(core, prep.node, "g.spec", &a), 0);
+	cr_assert_eq(core_create(core, prep.node, "g.spec", NULL, &a), 0);
 	cr_expect_eq(ns_of(a.node), NS_PREP);
-	cr_expect_eq(core_create(core, prep.node, "not-a-spec", &a), -EROFS);
+	cr_expect_eq(core_create(core, prep.node, "not-a-spec", NULL, &a), -EROFS);
 }
 
 Test(nodes, reads_of_every_namespace)

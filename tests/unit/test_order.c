@@ -11,9 +11,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/ns/ns.h"
 #include "core/ns/order.h"
+
+#define ME ((uint32_t)geteuid())
+#define ALICE 60001u
+#define BOB 60002u
 
 static struct order *o;
 static uint32_t resets[16];
@@ -71,7 +76,7 @@ static uint64_t stream(const char *name, const char *text, off_t off)
 {
 	struct order_attr a;
 
-	cr_assert_eq(order_create(o, ORDER_DIR_NODE, name, &a), 0, "create %s", name);
+	cr_assert_eq(order_create(o, ORDER_DIR_NODE, name, ME, ME, &a), 0, "create %s", name);
 	cr_assert_eq(ns_of(a.node), NS_ORDER);
 	if (text)
 		cr_assert_eq(order_write(o, a.node, text, strlen(text), off), (ssize_t)strlen(text));
@@ -103,21 +108,69 @@ Test(order, the_namespace)
 	cr_expect(strstr(buf, "order 1: 2 files (1 paths no file has)"), "%s", buf);
 	cr_expect_str_eq(order_dirent(o, 0, name, sizeof(name)), "job-0");
 	cr_expect_null(order_dirent(o, 1, name, sizeof(name)));
-	cr_expect_eq(order_create(o, ORDER_DIR_NODE, "bad/name", &a), -EINVAL);
-	cr_expect_eq(order_create(o, ORDER_DIR_NODE, ".hidden", &a), -EINVAL);
-	cr_expect_eq(order_create(o, 12345, "x", &a), -EROFS);
+	cr_expect_eq(order_create(o, ORDER_DIR_NODE, "bad/name", ME, ME, &a), -EINVAL);
+	cr_expect_eq(order_create(o, ORDER_DIR_NODE, ".hidden", ME, ME, &a), -EINVAL);
+	cr_expect_eq(order_create(o, 12345, "x", ME, ME, &a), -EROFS);
 	cr_expect_eq(order_write(o, n, "/abs\n", 5, 100), -EINVAL);
 	cr_expect_eq(order_write(o, n, "a/../b\n", 7, 100), -EINVAL);
 	cr_expect_eq(order_read(o, ORDER_DIR_NODE, buf, 10, 0), -EISDIR);
 	cr_expect_eq(order_truncate(o, n, 5), -EINVAL);
-	cr_expect_eq(order_unlink(o, ORDER_DIR_NODE, "job-0"), 0);
+	cr_expect_eq(order_unlink(o, ORDER_DIR_NODE, "job-0", ME), 0);
 	cr_expect_eq(order_getattr(o, n, &a), -ENOENT, "a removed stream's node still answers");
-	cr_expect_eq(order_unlink(o, ORDER_DIR_NODE, "job-0"), -ENOENT);
+	cr_expect_eq(order_unlink(o, ORDER_DIR_NODE, "job-0", ME), -ENOENT);
 	for (int i = 0; i < ORDER_MAX_STREAMS; i++) {
 		snprintf(name, sizeof(name), "s%d", i);
-		cr_assert_eq(order_create(o, ORDER_DIR_NODE, name, &a), 0);
+		cr_assert_eq(order_create(o, ORDER_DIR_NODE, name, ME, ME, &a), 0);
 	}
-	cr_expect_eq(order_create(o, ORDER_DIR_NODE, "one-more", &a), -ENOSPC);
+	cr_expect_eq(order_create(o, ORDER_DIR_NODE, "one-more", ME, ME, &a), -ENOSPC);
+}
+
+/* Streams belong to their creators: another user can neither reopen nor
+ * end them, and no user other than the daemon's and root takes more than
+ * its share of the slots or the places. */
+Test(order, users_own_their_streams_and_hold_a_share)
+{
+	struct order_attr a;
+	char name[80];
+
+	if (ME == ALICE || ME == BOB)
+		cr_skip_test("the test's users are this process's");
+	cr_assert_eq(order_create(o, ORDER_DIR_NODE, "alice-job", ALICE, 7, &a), 0);
+	cr_expect(a.uid == ALICE && a.gid == 7);
+	uint64_t an = a.node;
+	cr_expect_eq(order_getattr(o, an, &a), 0);
+	cr_expect_eq(a.uid, ALICE);
+	cr_expect_eq(order_create(o, ORDER_DIR_NODE, "alice-job", BOB, 8, &a), -EACCES);
+	cr_expect_eq(order_unlink(o, ORDER_DIR_NODE, "alice-job", BOB), -EPERM);
+	cr_expect_eq(order_create(o, ORDER_DIR_NODE, "alice-job", ALICE, 7, &a), 0, "its owner reopens it");
+	cr_expect_eq(order_create(o, ORDER_DIR_NODE, "alice-job", ME, ME, &a), 0, "the daemon's user too");
+	/* Slots: ORDER_USER_STREAMS for alice; bob and the daemon's user still get theirs. */
+	for (int i = 1; i < ORDER_USER_STREAMS; i++) {
+		snprintf(name, sizeof(name), "alice-%d", i);
+		cr_assert_eq(order_create(o, ORDER_DIR_NODE, name, ALICE, 7, &a), 0, "%s", name);
+	}
+	cr_expect_eq(order_create(o, ORDER_DIR_NODE, "alice-more", ALICE, 7, &a), -ENOSPC);
+	cr_expect_eq(order_create(o, ORDER_DIR_NODE, "bob-job", BOB, 8, &a), 0);
+	uint64_t bn = a.node;
+	cr_expect_eq(order_create(o, ORDER_DIR_NODE, "mine", ME, ME, &a), 0);
+	/* Places: alice's streams together take ORDER_USER_PATHS at most. */
+	size_t chunk = 1u << 20;
+	char *t = paths(1, (unsigned)chunk);
+	size_t tl = strlen(t);
+	off_t off = 0;
+	ssize_t w = 0;
+	for (int i = 0; i < 8 && (w = order_write(o, an, t, tl, off)) > 0; i++)
+		off += (off_t)tl;
+	cr_expect_eq(w, -EDQUOT, "alice's stream took more than a user's share");
+	cr_expect_eq(order_getattr(o, an, &a), 0);
+	struct order_stats st;
+	order_get_stats(o, &st);
+	cr_expect_eq(st.places, ORDER_USER_PATHS, "%llu places", (unsigned long long)st.places);
+	/* Bob is not held back by alice. */
+	cr_expect_eq(order_write(o, bn, t, tl, 0), (ssize_t)tl);
+	free(t);
+	cr_expect_eq(order_unlink(o, ORDER_DIR_NODE, "alice-job", ALICE), 0);
+	cr_expect_eq(order_unlink(o, ORDER_DIR_NODE, "bob-job", ME), 0, "the daemon's user ends any");
 }
 
 Test(order, reads_move_heads_and_the_next_places_follow)
@@ -235,7 +288,7 @@ Test(order, all_orders_are_bounded)
 	for (int i = 0; i < 20 && !refused; i++) {
 		snprintf(name, sizeof(name), "s%d", i);
 		struct order_attr a;
-		cr_assert_eq(order_create(o, ORDER_DIR_NODE, name, &a), 0);
+		cr_assert_eq(order_create(o, ORDER_DIR_NODE, name, ME, ME, &a), 0);
 		refused = order_write(o, a.node, t, strlen(t), 0) == -EFBIG;
 	}
 	free(t);
@@ -264,7 +317,7 @@ Test(order, wait_reports_add_no_more_than_the_clock)
 	struct order *o2;
 	cr_assert_eq(order_new(&oo, &o2), 0);
 	struct order_attr a;
-	cr_assert_eq(order_create(o2, ORDER_DIR_NODE, "j", &a), 0);
+	cr_assert_eq(order_create(o2, ORDER_DIR_NODE, "j", ME, ME, &a), 0);
 	cr_assert_eq(order_write(o2, a.node, "#wait 2 3\n", 10, 0), 10);
 	cr_assert_eq(order_write(o2, a.node, "#wait 2.5 4\n", 12, 10), 12);
 	order_get_stats(o2, &s);

@@ -87,7 +87,7 @@ static void write_order(int n)
 	if (!stream_node) {
 		cr_assert_eq(core_lookup(core, CORE_ROOT_NODE, ".epochfs", &ctl), 0);
 		cr_assert_eq(core_lookup(core, ctl.node, "order", &order), 0);
-		cr_assert_eq(core_create(core, order.node, "job", &st), 0);
+		cr_assert_eq(core_create(core, order.node, "job", NULL, &st), 0);
 		stream_node = st.node;
 	}
 	cr_assert_eq(core_write(core, stream_node, text, strlen(text), 0), (ssize_t)strlen(text));

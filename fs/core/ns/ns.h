@@ -52,10 +52,11 @@ struct ns_ops {
 	int (*readdir)(struct core *c, uint64_t dir, uint64_t *pos, struct core_dirent *d);
 	void (*read)(struct core *c, uint64_t node, off_t off, size_t len, core_read_fn done, void *arg);
 	ssize_t (*write)(struct core *c, uint64_t node, const void *buf, size_t len, off_t off);
-	int (*create)(struct core *c, uint64_t parent, const char *name, struct core_attr *a);
+	int (*create)(struct core *c, uint64_t parent, const char *name, const struct core_caller *who,
+		      struct core_attr *a);
 	/* SIZE < 0: attributes only (a setattr without a size). */
 	int (*truncate)(struct core *c, uint64_t node, off_t size, struct core_attr *a);
-	int (*unlink)(struct core *c, uint64_t parent, const char *name);
+	int (*unlink)(struct core *c, uint64_t parent, const char *name, const struct core_caller *who);
 	/* 1 if NODE takes writes (access W_OK, an open for writing). */
 	int (*writable)(struct core *c, uint64_t node);
 	void (*release)(struct core *c, uint64_t node);

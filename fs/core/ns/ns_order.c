@@ -9,9 +9,16 @@
 #include "core/core_int.h"
 #include "core/ns/order.h"
 
+/* The directory is 1777 (like /tmp: anyone the mount lets in starts a
+ * stream, and only its owner ends it); a stream is its creator's, 0644
+ * (the kernel, with default_permissions, lets only the owner write). */
 static void attr_of(struct core *c, const struct order_attr *oa, struct core_attr *a)
 {
-	ns_virtual_attr(oa->node, oa->is_dir, oa->is_dir ? 0755 : 0644, oa->size, oa->is_dir ? c->timeout : 0, a);
+	ns_virtual_attr(oa->node, oa->is_dir, oa->is_dir ? 01777 : 0644, oa->size, oa->is_dir ? c->timeout : 0, a);
+	if (!oa->is_dir) {
+		a->uid = oa->uid;
+		a->gid = oa->gid;
+	}
 }
 
 static int ord_lookup(struct core *c, uint64_t parent, const char *name, struct core_attr *a)
@@ -62,10 +69,11 @@ static ssize_t ord_write(struct core *c, uint64_t node, const void *buf, size_t 
 	return order_write(c->order, node, buf, len, off);
 }
 
-static int ord_create(struct core *c, uint64_t parent, const char *name, struct core_attr *a)
+static int ord_create(struct core *c, uint64_t parent, const char *name, const struct core_caller *who,
+		      struct core_attr *a)
 {
 	struct order_attr oa;
-	int err = order_create(c->order, parent, name, &oa);
+	int err = order_create(c->order, parent, name, who->uid, who->gid, &oa);
 
 	if (err < 0)
 		return err;
@@ -80,9 +88,9 @@ static int ord_truncate(struct core *c, uint64_t node, off_t size, struct core_a
 	return err < 0 ? err : ord_getattr(c, node, a);
 }
 
-static int ord_unlink(struct core *c, uint64_t parent, const char *name)
+static int ord_unlink(struct core *c, uint64_t parent, const char *name, const struct core_caller *who)
 {
-	return order_unlink(c->order, parent, name);
+	return order_unlink(c->order, parent, name, who->uid);
 }
 
 static int ord_writable(struct core *c, uint64_t node)

@@ -64,9 +64,12 @@ static ssize_t prp_write(struct core *c, uint64_t node, const void *buf, size_t 
 	return prepdir_write(c->prep, node, buf, len, off);
 }
 
-static int prp_create(struct core *c, uint64_t parent, const char *name, struct core_attr *a)
+static int prp_create(struct core *c, uint64_t parent, const char *name, const struct core_caller *who,
+		      struct core_attr *a)
 {
 	struct prepdir_attr pa;
+
+	(void)who;                  /* .prep/ is the daemon's user's alone (0755) */
 	int err = prepdir_create(c->prep, parent, name, &pa);
 
 	if (err < 0)
@@ -89,8 +92,9 @@ static int prp_truncate(struct core *c, uint64_t node, off_t size, struct core_a
 	return 0;
 }
 
-static int prp_unlink(struct core *c, uint64_t parent, const char *name)
+static int prp_unlink(struct core *c, uint64_t parent, const char *name, const struct core_caller *who)
 {
+	(void)who;
 	return prepdir_unlink(c->prep, parent, name);
 }
 

@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/ns/ns.h"
 #include "core/ns/order.h"
@@ -65,6 +66,8 @@ struct stream {
 	double wait_s, run_s;       /* the stream's last "#wait" report (cumulative) */
 	double born;                /* when the stream was created */
 	double added;               /* run seconds its reports added to job_run_us */
+	uint32_t uid, gid;          /* its creator */
+	uint64_t room;              /* places this write may still add (ORDER_USER_PATHS) */
 };
 
 struct order {
@@ -203,6 +206,23 @@ static void take_wait(struct order *o, struct stream *s, const char *p, size_t l
 
 /* Appends one line (LEN bytes, no newline) to S's order. 0, -EINVAL (not a
  * relative path inside the mount), -EFBIG, -ENOMEM. Lock held. */
+/* The daemon's user and root are held to no per-user limit. */
+static int privileged(uint32_t uid)
+{
+	return uid == 0 || uid == (uint32_t)geteuid();
+}
+
+/* Places UID's streams other than EXCEPT hold. Lock held. */
+static uint64_t user_places(const struct order *o, uint32_t uid, const struct stream *except)
+{
+	uint64_t n = 0;
+
+	for (unsigned i = 0; i < ORDER_MAX_STREAMS; i++)
+		if (o->streams[i].used && o->streams[i].uid == uid && &o->streams[i] != except)
+			n += o->streams[i].n;
+	return n;
+}
+
 static int take_line(struct order *o, struct stream *s, const char *line, size_t len)
 {
 	uint32_t id;
@@ -232,6 +252,8 @@ static int take_line(struct order *o, struct stream *s, const char *line, size_t
 	}
 	if (o->places >= ORDER_MAX_PATHS)
 		return -EFBIG;
+	if (!s->room)
+		return -EDQUOT;
 	if (s->n == s->cap) {
 		uint32_t cap = s->cap ? s->cap * 2 : 1024;
 		if (cap > s->n + (ORDER_MAX_PATHS - o->places))
@@ -248,6 +270,7 @@ static int take_line(struct order *o, struct stream *s, const char *line, size_t
 	}
 	s->seen[s->n / 8] &= (uint8_t)~(1u << (s->n % 8));
 	s->ids[s->n++] = id;
+	s->room--;
 	o->places++;
 	o->st.paths++;
 	return 0;
@@ -303,7 +326,7 @@ int order_lookup(struct order *o, uint64_t parent, const char *name, struct orde
 	struct stream *s = find_stream(o, name);
 	if (s) {
 		o->lookups++;
-		*a = (struct order_attr){ .node = stream_node(o, s) };
+		*a = (struct order_attr){ .node = stream_node(o, s), .uid = s->uid, .gid = s->gid };
 		ret = 0;
 	}
 	pthread_mutex_unlock(&o->lock);
@@ -326,7 +349,8 @@ int order_getattr(struct order *o, uint64_t node, struct order_attr *a)
 	int ret = 0;
 
 	if (node == ORDER_DIR_NODE) {
-		*a = (struct order_attr){ .node = node, .is_dir = 1 };
+		*a = (struct order_attr){ .node = node, .is_dir = 1, .uid = (uint32_t)geteuid(),
+					  .gid = (uint32_t)getegid() };
 		return 0;
 	}
 	pthread_mutex_lock(&o->lock);
@@ -334,13 +358,16 @@ int order_getattr(struct order *o, uint64_t node, struct order_attr *a)
 	if (!s)
 		ret = -ENOENT;
 	else
-		*a = (struct order_attr){ .node = node, .size = (size_t)status_text(s, text) };
+		*a = (struct order_attr){ .node = node, .size = (size_t)status_text(s, text), .uid = s->uid,
+					  .gid = s->gid };
 	pthread_mutex_unlock(&o->lock);
 	return ret;
 }
 
-int order_create(struct order *o, uint64_t parent, const char *name, struct order_attr *a)
+int order_create(struct order *o, uint64_t parent, const char *name, uint32_t uid, uint32_t gid,
+		 struct order_attr *a)
 {
+	unsigned mine = 0;
 	int ret = 0;
 
 	if (parent != ORDER_DIR_NODE)
@@ -349,7 +376,13 @@ int order_create(struct order *o, uint64_t parent, const char *name, struct orde
 		return -EINVAL;
 	pthread_mutex_lock(&o->lock);
 	struct stream *s = find_stream(o, name);
-	for (unsigned i = 0; i < ORDER_MAX_STREAMS && !s; i++)
+	if (s && s->uid != uid && !privileged(uid)) {
+		pthread_mutex_unlock(&o->lock);
+		return -EACCES;         /* another user's stream */
+	}
+	for (unsigned i = 0; i < ORDER_MAX_STREAMS; i++)
+		mine += o->streams[i].used && o->streams[i].uid == uid;
+	for (unsigned i = 0; i < ORDER_MAX_STREAMS && !s && (privileged(uid) || mine < ORDER_USER_STREAMS); i++)
 		if (!o->streams[i].used) {
 			s = &o->streams[i];
 			s->used = 1;
@@ -357,12 +390,14 @@ int order_create(struct order *o, uint64_t parent, const char *name, struct orde
 			stream_reset(o, s);
 			s->born = clock_now();
 			s->added = 0;
+			s->uid = uid;
+			s->gid = gid;
 		}
 	if (!s) {
 		ret = -ENOSPC;
 	} else {
 		o->lookups++;
-		*a = (struct order_attr){ .node = stream_node(o, s) };
+		*a = (struct order_attr){ .node = stream_node(o, s), .uid = s->uid, .gid = s->gid };
 	}
 	pthread_mutex_unlock(&o->lock);
 	return ret;
@@ -382,6 +417,12 @@ ssize_t order_write(struct order *o, uint64_t node, const void *buf, size_t len,
 	}
 	if (off == 0 && s->text_len)
 		stream_reset(o, s);         /* written from the start: a new order */
+	if (privileged(s->uid)) {
+		s->room = UINT64_MAX;
+	} else {
+		uint64_t held = user_places(o, s->uid, s) + s->n;
+		s->room = held < ORDER_USER_PATHS ? ORDER_USER_PATHS - held : 0;
+	}
 	s->text_len += len;
 	s->active = clock_now_coarse();
 	while (p < end && !err) {
@@ -402,6 +443,7 @@ ssize_t order_write(struct order *o, uint64_t node, const void *buf, size_t len,
 	if (err) {
 		log_warn("order %s: %s after %u files; the order keeps them", s->name,
 			 err == -EFBIG ? "more paths than the orders of all streams take (16M)" :
+			 err == -EDQUOT ? "more paths than one user's orders take (4M)" :
 			 err == -ENOMEM ? "out of memory" :
 			 "a line is not a path inside the mount (relative, no '..', under 4096 bytes)", s->n);
 		s->part_len = 0;
@@ -429,7 +471,7 @@ int order_truncate(struct order *o, uint64_t node, off_t size)
 	return ret;
 }
 
-int order_unlink(struct order *o, uint64_t parent, const char *name)
+int order_unlink(struct order *o, uint64_t parent, const char *name, uint32_t uid)
 {
 	int ret = 0;
 
@@ -437,10 +479,12 @@ int order_unlink(struct order *o, uint64_t parent, const char *name)
 		return -EROFS;
 	pthread_mutex_lock(&o->lock);
 	struct stream *s = find_stream(o, name);
-	if (s)
-		stream_end(o, s);
-	else
+	if (!s)
 		ret = -ENOENT;
+	else if (s->uid != uid && !privileged(uid))
+		ret = -EPERM;
+	else
+		stream_end(o, s);
 	pthread_mutex_unlock(&o->lock);
 	return ret;
 }

@@ -21,6 +21,11 @@
  * the RESOLVE callback (the index), what happens to a stream's fetched
  * items when it starts over from RESET. So it is unit-tested alone.
  *
+ * Users: the directory is open to every user the mount lets in (1777);
+ * a stream belongs to its creator, who alone writes and ends it, and a
+ * user other than the daemon's and root holds at most ORDER_USER_STREAMS
+ * streams and ORDER_USER_PATHS places.
+ *
  * Memory: at most ORDER_MAX_PATHS places in all streams together (5 bytes
  * a place), and a stream's arrays are freed when it starts over, so a
  * stream that once held a long order does not keep its room (4 streams of
@@ -40,6 +45,10 @@
 #define ORDER_DIR_NAME "order"
 #define ORDER_MAX_STREAMS 64
 #define ORDER_MAX_PATHS (16u << 20)        /* places in all streams' orders together */
+/* What one user other than the daemon's and root may hold, so that no
+ * user's jobs take every slot or place from the others'. */
+#define ORDER_USER_STREAMS 16
+#define ORDER_USER_PATHS (ORDER_MAX_PATHS / 4)
 #define ORDER_LAG 4096u                    /* places behind a head a read is still matched, and
 					    * a fetched item still waits for its reader (a
 					    * loader's spread: workers x batches in flight x
@@ -80,21 +89,29 @@ struct order_attr {
 	uint64_t node;
 	int is_dir;
 	size_t size;
+	uint32_t uid, gid;          /* a stream's creator */
 };
 
 int order_lookup(struct order *o, uint64_t parent, const char *name, struct order_attr *a);
 int order_getattr(struct order *o, uint64_t node, struct order_attr *a);
-/* A new stream NAME (letters, digits, '.', '_', '-'; at most 64): creating
- * an existing one reopens it. -ENOSPC with ORDER_MAX_STREAMS streams,
- * -EINVAL for a bad name, -EROFS outside the directory. */
-int order_create(struct order *o, uint64_t parent, const char *name, struct order_attr *a);
+/* A new stream NAME (letters, digits, '.', '_', '-'; at most 64) of user
+ * UID (group GID): creating an existing one reopens it, if it is UID's.
+ * -ENOSPC with ORDER_MAX_STREAMS streams, or ORDER_USER_STREAMS of UID's
+ * (users other than the daemon's and root), -EACCES (another user's
+ * stream), -EINVAL for a bad name, -EROFS outside the directory. */
+int order_create(struct order *o, uint64_t parent, const char *name, uint32_t uid, uint32_t gid,
+		 struct order_attr *a);
 /* Order text: LEN, or -EINVAL (a line that is no relative path inside the
  * mount: absolute, '..', an empty component, NUL, over 4095 bytes; the
- * lines before it are kept), -EFBIG (over ORDER_MAX_PATHS in all). */
+ * lines before it are kept), -EFBIG (over ORDER_MAX_PATHS in all), -EDQUOT
+ * (over ORDER_USER_PATHS in the streams of a user other than the daemon's
+ * and root). The kernel lets only a stream's owner write to it. */
 ssize_t order_write(struct order *o, uint64_t node, const void *buf, size_t len, off_t off);
 /* SIZE 0 starts a new order (O_TRUNC); other sizes: -EINVAL. */
 int order_truncate(struct order *o, uint64_t node, off_t size);
-int order_unlink(struct order *o, uint64_t parent, const char *name);
+/* Ends stream NAME for user UID: -EPERM when it is another user's (the
+ * daemon's user and root end any), -ENOENT. */
+int order_unlink(struct order *o, uint64_t parent, const char *name, uint32_t uid);
 /* The stream's state as text; the directory: -EISDIR. */
 ssize_t order_read(struct order *o, uint64_t node, void *buf, size_t len, off_t off);
 /* The POS-th stream's name into NAME, or NULL past the end. */
