@@ -12,6 +12,25 @@
  *   opts.mem). Consumers that read in order therefore always
  *   progress: the memory they wait for is held by batches the others will
  *   read, or by a dead consumer's, which the timeout frees.
+ * - Bookkeeping by a window of epochs, not by the whole spec (epochs= may
+ *   be 1000000): two bitmaps, one bit a batch, say which batches were made
+ *   (so a later make counts as regenerated) and which were freed after
+ *   consumers read them (solo, below), for the epochs [wbase, wbase +
+ *   wepochs), kept as a ring of rows. The window's front is the frontier's
+ *   epoch; older rows are dropped as it moves on. Consumers that keep up
+ *   are never further behind the frontier than the batches the group can
+ *   hold (every batch between the slowest consumer and the frontier is held
+ *   until that consumer reads it), so wepochs covers the memory's limit in
+ *   batches (at most WINDOW_MAX_SPAN of them), plus two epochs, and no
+ *   more than the spec's epochs.
+ *   A consumer further behind than that (dropped by the timeout, a late or
+ *   restarted job, or one left behind when evictions let the frontier run
+ *   on) reads batches counted as made and read: each is made again for it
+ *   alone (solo, counted as regenerated) and freed after its one read. The
+ *   bytes are the same; the cost is CPU, one make per such reader, where
+ *   a batch evicted unread within the window is made once for all of them.
+ *   A batch made ahead of the window (a reader far ahead of the frontier)
+ *   counts as a first make and is not recorded.
  * - Reads never wait on a thread: a read of a batch not made yet is queued
  *   on its slot and answered by the worker that makes it (a FUSE adapter
  *   has a handful of threads; blocking them on batches deadlocked three
@@ -107,7 +126,11 @@ struct group {
 	struct order_cache orders[2];
 	unsigned next_order;
 	uint8_t *bad_seen;          /* one bit a sample */
-	uint8_t *made;              /* one bit a batch (epoch * nb + index) ever made */
+	/* The window (DESIGN): epochs wbase .. wbase + wepochs - 1, epoch e's
+	 * bits in row e % wepochs of ROW bytes. */
+	uint32_t wbase, wepochs;
+	size_t row;
+	uint8_t *made;              /* one bit a batch made at least once */
 	uint8_t *read;              /* one bit a batch freed after consumers read it */
 	struct group_stats st;
 	struct worker w;            /* the batch makers; w.lock guards everything above */
@@ -126,6 +149,56 @@ size_t group_batch_bytes(const struct group *g, uint64_t index)
 	struct batch_header h;
 
 	return batch_layout(&g->sp.p, batch_n(g, index), 0, index, 0, &h);
+}
+
+/* ---- the window ---- */
+
+#define W_BEHIND (-1)
+#define W_AHEAD (-2)
+
+/* SEQ's bit in the window's bitmaps, or W_BEHIND / W_AHEAD of it. */
+static int64_t wbit(const struct group *g, uint64_t seq)
+{
+	uint64_t e = seq / g->nb;
+
+	if (e < g->wbase)
+		return W_BEHIND;
+	if (e - g->wbase >= g->wepochs)
+		return W_AHEAD;
+	return (int64_t)((e % g->wepochs) * g->row * 8 + seq % g->nb);
+}
+
+/* Whether SEQ is marked in MAP; behind the window every batch counts as
+ * made and read (DESIGN). */
+static int marked(const struct group *g, const uint8_t *map, uint64_t seq)
+{
+	int64_t i = wbit(g, seq);
+
+	if (i == W_BEHIND)
+		return 1;
+	return i >= 0 && (map[i / 8] >> (i % 8) & 1);
+}
+
+static void mark(const struct group *g, uint8_t *map, uint64_t seq)
+{
+	int64_t i = wbit(g, seq);
+
+	if (i >= 0)
+		map[i / 8] |= (uint8_t)(1u << (i % 8));
+}
+
+/* Moves the window on so that it ends at EPOCH, if it ends before; the
+ * rows of the epochs left behind are cleared for the new ones. */
+static void slide(struct group *g, uint32_t epoch)
+{
+	if (epoch < g->wbase || epoch - g->wbase < g->wepochs)
+		return;
+	uint32_t base = epoch - g->wepochs + 1;
+	for (uint32_t e = base > g->wbase + g->wepochs ? base - g->wepochs : g->wbase; e < base; e++) {
+		memset(g->made + (size_t)(e % g->wepochs) * g->row, 0, g->row);
+		memset(g->read + (size_t)(e % g->wepochs) * g->row, 0, g->row);
+	}
+	g->wbase = base;
 }
 
 static struct gbatch *find(struct group *g, uint64_t seq)
@@ -198,7 +271,7 @@ static void release(struct group *g, struct gbatch *b)
 		return;
 	}
 	if (b->done)
-		g->read[b->seq / 8] |= (uint8_t)(1u << b->seq % 8);
+		mark(g, g->read, b->seq);
 	put_spare(g, b->data, b->len);
 	b->data = NULL;
 	b->want_free = 0;
@@ -224,19 +297,14 @@ static struct gbatch *new_slot(struct group *g, uint64_t seq, int state)
 	return b;
 }
 
-static int was_made(const struct group *g, uint64_t seq)
-{
-	return g->made[seq / 8] & (1u << seq % 8);
-}
-
 /* Takes slot B for making: its bytes count from now on. Lock held. */
 static struct gbatch *take(struct group *g, struct gbatch *b)
 {
 	b->state = B_MAKING;
-	b->regen = was_made(g, b->seq) != 0;
-	b->solo = (g->read[b->seq / 8] >> b->seq % 8) & 1;
+	b->regen = marked(g, g->made, b->seq);
+	b->solo = marked(g, g->read, b->seq);
 	b->done = 0;
-	g->made[b->seq / 8] |= (uint8_t)(1u << b->seq % 8);
+	mark(g, g->made, b->seq);
 	g->st.staged_bytes += b->len;
 	if (g->st.staged_bytes > g->st.staged_peak)
 		g->st.staged_peak = g->st.staged_bytes;
@@ -291,8 +359,12 @@ static struct gbatch *pick(struct group *g, int *blocked)
 			*blocked = 1;
 			return NULL;
 		}
-	while (g->frontier < g->total && (was_made(g, g->frontier) || find(g, g->frontier)))
+	while (g->frontier < g->total) {
+		slide(g, (uint32_t)(g->frontier / g->nb));
+		if (!marked(g, g->made, g->frontier) && !find(g, g->frontier))
+			break;
 		g->frontier++;
+	}
 	if (g->frontier == g->total || g->frontier >= g->asked + g->o.ahead)
 		return NULL;
 	if (!fits(g, group_batch_bytes(g, g->frontier % g->nb))) {
@@ -525,6 +597,24 @@ int group_check_spec(const struct prep_spec *sp, const struct group_opts *o, cha
 	return -EFBIG;
 }
 
+/* Sizes the window (DESIGN): the batches the pool can hold, one more for
+ * the allowance and one for the batch being read, in whole epochs, plus
+ * two; never more than the spec has. Tiny batches in a large pool would
+ * make that a bit for every few hundred bytes of the pool, in every group:
+ * past WINDOW_MAX_SPAN batches (1 MiB a bitmap) the window stops growing,
+ * and a consumer that far behind reads solo copies (DESIGN). */
+#define WINDOW_MAX_SPAN (8ull << 20)
+
+static void window_size(struct group *g)
+{
+	uint64_t limit = g->o.mem ? g->o.mem : UINT64_MAX;
+	uint64_t span = limit / group_batch_bytes(g, 0) + 2;
+	uint64_t w = (span < WINDOW_MAX_SPAN ? span : WINDOW_MAX_SPAN) / g->nb + 3;
+
+	g->wepochs = (uint32_t)(w < g->sp.epochs ? w : g->sp.epochs);
+	g->row = (size_t)(g->nb + 7) / 8;
+}
+
 int group_new(const struct prep_spec *sp, struct folder *f, const struct group_io *io,
 	      const struct group_opts *o, struct group **out, char *err, size_t errlen)
 {
@@ -564,12 +654,13 @@ int group_new(const struct prep_spec *sp, struct folder *f, const struct group_i
 	g->jobs = sp->jobs;
 	g->st.jobs = sp->jobs;
 	g->st.batches = g->nb;
-	g->bad_seen = calloc((size_t)n / 8 + 1, 1);
-	g->made = calloc(g->total / 8 + 1, 1);
-	g->read = calloc(g->total / 8 + 1, 1);
 	g->nth = o->threads ? o->threads : (unsigned)(cpus > 0 ? cpus : 1);
 	if (!g->o.ahead)
 		g->o.ahead = g->nth * 2 > 4 ? g->nth * 2 : 4;
+	window_size(g);
+	g->bad_seen = calloc((size_t)n / 8 + 1, 1);
+	g->made = calloc((size_t)g->wepochs * g->row, 1);
+	g->read = calloc((size_t)g->wepochs * g->row, 1);
 	if ((e = worker_init(&g->w)) < 0) {
 		free(g->bad_seen);
 		free(g->made);

@@ -16,6 +16,10 @@
  * died does not stall the others. If it comes back, what it reads is made
  * again.
  *
+ * Bookkeeping (which batches were made, which read) covers a window of
+ * epochs sized by MEM, not the spec's epochs: a consumer further behind
+ * than that gets each batch made again for it alone (group.c).
+ *
  * Run-ahead: workers make batches in order, at most AHEAD batches past the
  * furthest one any consumer has read (and within MEM). Making further ahead
  * than consumers read buys nothing once they keep up, and every batch held
