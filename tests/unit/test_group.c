@@ -1,8 +1,8 @@
 /* test_group.c - a prep group over a real ImageFolder tree: k consumers get
- * the same bytes, labels follow ImageFolder, memory stays bounded, a dead
- * consumer does not stall the others, bad images are substitutes counted
- * once, a late reader gets a bit-identical regeneration, and bookkeeping
- * does not grow with epochs=. */
+ * the same bytes, labels follow ImageFolder, memory stays bounded (for
+ * many groups on one pool too), a dead consumer does not stall the others,
+ * bad images are substitutes counted once, a late reader gets a
+ * bit-identical regeneration, and bookkeeping does not grow with epochs=. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -440,6 +440,71 @@ Test(group, run_ahead_is_bounded)
 	cr_expect_eq(s.produced, 6, "made %llu with batch 3 read", (unsigned long long)s.produced);
 	cr_expect_eq(s.regenerated, 0);
 	group_free(g);
+}
+
+/* Many groups on one pool hold no more than its limit together, plus one
+ * batch a group (the allowance), and every consumer of every group still
+ * gets exact bytes. Each group alone would hold more than the limit: four
+ * batches made ahead each, and batches read by one consumer wait for the
+ * other. */
+Test(group, groups_on_one_pool_hold_its_total_together)
+{
+	enum { NG = 6, NB = 9 };
+	tree();
+	size_t one = batch8_bytes();
+	struct group_pool *pool;
+	struct group_pool_stats ps;
+	struct group *g[NG];
+	struct consumer c[NG][2];
+	pthread_t t[NG][2];
+	char spec[128];
+
+	cr_assert_eq(group_pool_new(3 * one, &pool), 0);
+	for (int i = 0; i < NG; i++) {
+		struct group_opts o = { .threads = 1, .pool = pool, .timeout_s = 60, .wait_s = 20 };
+		snprintf(spec, sizeof(spec), "batch=8\nsize=32\njobs=2\nepochs=2\nseed=%d\n", i);
+		g[i] = mkgroup_opts(spec, &o);
+		cr_assert_eq(group_batches(g[i]), NB);
+	}
+	for (int i = 0; i < NG; i++)
+		for (int k = 0; k < 2; k++) {
+			c[i][k] = (struct consumer){ .g = g[i], .epochs = 2 };
+			pthread_create(&t[i][k], NULL, consume, &c[i][k]);
+		}
+	for (int i = 0; i < NG; i++)
+		for (int k = 0; k < 2; k++)
+			pthread_join(t[i][k], NULL);
+	group_pool_get_stats(pool, &ps);
+	cr_expect_leq(ps.held_peak, 3 * one + NG * one, "held %llu bytes, limit %zu + %d batches of %zu",
+		      (unsigned long long)ps.held_peak, 3 * one, NG, one);
+	cr_expect_geq(ps.peak, 3 * one, "the pool never filled: this tests nothing");
+	for (int i = 0; i < NG; i++) {
+		struct group_stats s;
+		snprintf(spec, sizeof(spec), "batch=8\nsize=32\nepochs=2\nseed=%d\n", i);
+		struct group *ref = mkgroup(spec, 1 << 30, 60);
+		for (uint32_t e = 0; e < 2; e++)
+			for (uint64_t b = 0; b < NB; b++) {
+				size_t n;
+				uint8_t *want = read_batch(ref, e, b, &n);
+				cr_expect_eq(c[i][0].hash[e][b], XXH3_64bits(want, n), "group %d (%u, %llu)", i, e,
+					     (unsigned long long)b);
+				cr_expect_eq(c[i][1].hash[e][b], XXH3_64bits(want, n), "group %d (%u, %llu)", i, e,
+					     (unsigned long long)b);
+				free(want);
+			}
+		group_free(ref);
+		settle(g[i], &s);
+		cr_expect_eq(s.produced, 2 * NB, "group %d", i);
+		cr_expect_eq(s.dropped, 0, "group %d dropped a live consumer", i);
+		cr_expect_eq(s.staged_bytes, 0, "group %d", i);
+		cr_expect_eq(s.mem_limit, 3 * one);
+	}
+	for (int i = 0; i < NG; i++)
+		group_free(g[i]);
+	group_pool_get_stats(pool, &ps);
+	cr_expect(ps.held == 0 && ps.staged == 0 && ps.groups == 0, "held %llu staged %llu groups %u",
+		  (unsigned long long)ps.held, (unsigned long long)ps.staged, ps.groups);
+	group_pool_free(pool);
 }
 
 /* Bytes malloc holds for the program, mapped blocks included. */
