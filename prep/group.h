@@ -2,11 +2,11 @@
  *
  * A group turns a spec and an ImageFolder listing into a stream of batches,
  * epoch after epoch, made by worker threads in the order consumers will read
- * them. It holds made batches in memory (at most MEM bytes, but always at
- * least one) until JOBS consumers have each read a batch whole, then frees
- * it. A read of a batch that was freed, or never made, makes it (again):
- * everything in a batch follows from (spec, epoch, index), so freeing early
- * costs CPU, never correctness (counted in `regenerated`).
+ * them. It holds made batches in memory until JOBS consumers have each
+ * read a batch whole, then frees it. A read of a batch that was freed, or
+ * never made, makes it (again): everything in a batch follows from (spec,
+ * epoch, index), so freeing early costs CPU, never correctness (counted in
+ * `regenerated`).
  *
  * Consumers: each group_open()..group_close() is one consumer's read of one
  * batch (the FUSE adapter opens one per lookup of a batch file). A batch
@@ -16,18 +16,30 @@
  * died does not stall the others. If it comes back, what it reads is made
  * again.
  *
+ * Memory: every group of a daemon draws on one pool (group_pool_new()),
+ * whose limit bounds the bytes of made batches and spare buffers of all of
+ * them together: k groups hold what one may. A group that holds no batch
+ * may always make the one a reader waits for (so the pool holds at most
+ * its limit plus one batch a group), and a batch a reader waits for may
+ * evict its group's batches made ahead that nobody started.
+ *
+ * Bookkeeping (which batches were made, which read) covers a window of
+ * epochs sized by the pool, not the spec's epochs: a consumer further
+ * behind than that gets each batch made again for it alone (group.c).
+ *
  * Run-ahead: workers make batches in order, at most AHEAD batches past the
- * furthest one any consumer has read (and within MEM). Making further ahead
- * than consumers read buys nothing once they keep up, and every batch held
- * is memory: fresh buffers cost page faults (a third of the CPU of making a
- * batch in bench part 5), recycled ones do not.
+ * furthest one any consumer has read (and within the pool). Making further
+ * ahead than consumers read buys nothing once they keep up, and every batch
+ * held is memory: fresh buffers cost page faults (a third of the CPU of
+ * making a batch in bench part 5), recycled ones do not.
  *
  * Images are read through GROUP_IO (the daemon passes its own read path, so
  * prep reads through the RAM cache); bad images become substitutes
  * (batch.h), counted, and reported once each through io->bad.
  *
- * Thread safety: all calls from any thread. One mutex guards the batch list
- * and counters; pixels are made and copied outside it.
+ * Thread safety: all calls from any thread. One mutex a group guards its
+ * batch list and counters; pixels are made and copied outside it. The
+ * pool's mutex is a leaf, taken under a group's.
  */
 #ifndef EPOCHFS_GROUP_H
 #define EPOCHFS_GROUP_H
@@ -41,6 +53,7 @@
 
 struct group;
 struct group_reader;
+struct group_pool;
 
 struct group_io {
 	void *ctx;
@@ -53,7 +66,9 @@ struct group_io {
 
 struct group_opts {
 	unsigned threads;           /* workers; 0: one per CPU */
-	uint64_t mem;               /* bytes of made batches held at most */
+	struct group_pool *pool;    /* shared with other groups; NULL: one of MEM of its own */
+	uint64_t mem;               /* without a pool: bytes of made batches held at
+				     * most (0: no limit); with one, unused */
 	double timeout_s;           /* see above; 0: 120 s */
 	double wait_s;              /* a read waits this long for its batch; 0: 600 s */
 	uint32_t ahead;             /* batches made past the furthest read; 0: 2 per
@@ -69,15 +84,31 @@ struct group_stats {
 	uint64_t images;            /* samples made */
 	uint64_t bad_samples;       /* of those, substitutes */
 	uint64_t cpu_ns;            /* worker CPU time making batches */
-	uint64_t staged_bytes, staged_peak;
+	uint64_t staged_bytes, staged_peak;    /* bytes of made batches: now, the most */
+	uint64_t mem_limit;         /* the pool's limit (UINT64_MAX: none) */
 	uint64_t readers;           /* open readers now */
 	uint64_t dropped;           /* consumers given up on */
 	uint32_t jobs;              /* consumers expected now */
 };
 
+/* The pool: LIMIT bytes (0: no limit) for the made batches and spare
+ * buffers of every group given it in group_opts.pool. 0 and *OUT, or
+ * -errno. Freed after the last of its groups. */
+int group_pool_new(uint64_t limit, struct group_pool **out);
+void group_pool_free(struct group_pool *p);
+
+struct group_pool_stats {
+	uint64_t limit;             /* UINT64_MAX: none */
+	uint64_t held, held_peak;   /* batches and spares of all groups: now, the most */
+	uint64_t staged, peak;      /* batches alone: now, the most at once */
+	unsigned groups;
+};
+void group_pool_get_stats(struct group_pool *p, struct group_pool_stats *s);
+
 /* What a spec may ask of the memory O gives a group: 0, or -EFBIG when one
- * batch alone is larger than o->mem (a spec writer must not size the
- * daemon's memory), with ERR naming the sizes and the fix. */
+ * batch alone is larger than the pool's limit (o->mem without a pool): a
+ * spec writer must not size the daemon's memory. ERR names the sizes and
+ * the fix. */
 int group_check_spec(const struct prep_spec *sp, const struct group_opts *o, char *err, size_t errlen);
 
 /* Starts a group over F (taken over, freed with the group). 0 and *OUT;

@@ -283,6 +283,7 @@ static int prep_setup(struct core *c, const struct core_opts *o)
 	struct group_opts go = { .threads = o->prep_threads, .mem = o->prep_mem,
 				 .timeout_s = o->prep_timeout, .ahead = o->prep_ahead };
 
+	/* The total for all groups together (one pool, prepdir's), not each's. */
 	if (!go.mem)
 		go.mem = core_ram_bytes() / 100 * CORE_DEFAULT_PREP_MEM_PERCENT;
 	return prepdir_new(&io, &go, &c->prep);

@@ -1,8 +1,8 @@
 # Coordinated prep on a real mount: a group declared with epochfs-prep is
 # read by 3 consumers at once, who all get the same bytes; every batch is
-# made once; labels follow ImageFolder; memory stays under --prep-mem; the
-# same spec gives the same bytes after a remount; a dead consumer does not
-# stall the others; bad specs and bad images are refused or substituted
+# made once; labels follow ImageFolder; memory stays under --prep-mem, one
+# total for several groups at once; the same spec gives the same bytes
+# after a remount; a dead consumer does not stall the others; bad specs and bad images are refused or substituted
 # with clear messages, never a crash.
 . "$(dirname "$0")/lib.sh"
 EP_ALLOWED_STDERR='prep: '
@@ -142,6 +142,51 @@ cmp -s "$T/d1" "$T/d2" && [ "$(wc -l < "$T/d1")" = 20 ] || fail "the two consume
 "$PREP" "$m" d --remove > /dev/null || fail "remove d"
 [ -e "$m/.prep/d" ] && fail "d still there"
 ok "a dead consumer is dropped after --prep-timeout; the others finish"
+umount_ep
+
+# --prep-mem is one total for all groups, not a budget each. Six groups of
+# two consumers: the first consumer of each reads on until the memory is
+# full (every batch it read waits for the second), then the second ones
+# come. Batches held stay within the total plus one batch a group, and so
+# does what the daemon holds (RssAnon, less what it held before, and room
+# for 12 workers' decoding buffers); each group alone would hold 45 MB, the
+# six 270 MB. Every consumer gets the same bytes, none is dropped. Batches
+# under 1 MiB: a read parked in the daemon holds one of the kernel's 12
+# background requests (docs/design.md), and six parked must leave room.
+one=$((128 + 64 + 6 * 224 * 224 * 3))       # a batch of 6 at 224x224, uint8
+total=$((48 << 20))
+mount_ep "$T/src" "$m" --prep-mem 48M --prep-timeout 120
+anon() { awk '/^RssAnon:/ {print $2 * 1024}' "/proc/$EP_PID/status"; }
+anon0=$(anon)
+pids=""
+for k in 0 1 2 3 4 5; do
+	"$PREP" "$m" s$k --batch 6 --size 224 --jobs 2 --epochs 2 --seed $k > /dev/null || fail "declare s$k"
+	$CHECK consume "$m" s$k 2 > "$T/s$k.a" & pids="$pids $!"
+done
+prev=-1 same=0 anon_max=0
+for i in $(seq 600); do                     # full: nothing changes for a second (60 s at most)
+	sleep 0.1
+	a=$(anon); [ "$a" -gt "$anon_max" ] && anon_max=$a
+	held=$(stat_of "$m" prep_staged_bytes)
+	if [ "$held" = "$prev" ]; then same=$((same + 1)); else same=0 prev=$held; fi
+	[ "$same" -ge 10 ] && break
+done
+[ "$held" -ge $((total - one)) ] || fail "the groups held $held bytes: the memory never filled"
+[ "$held" -le $((total + 6 * one)) ] || fail "six groups held $held bytes of batches, --prep-mem $total"
+grow=$((anon_max - anon0))
+case $BUILD in
+*san*) ;;                                   # the sanitizers hold freed memory in quarantine
+*) [ "$grow" -le $((total + 6 * one + (32 << 20))) ] || fail "the daemon grew by $grow bytes, --prep-mem $total" ;;
+esac
+for k in 0 1 2 3 4 5; do $CHECK consume "$m" s$k 2 > "$T/s$k.b" & pids="$pids $!"; done
+for p in $pids; do wait "$p" || fail "a consumer of the six groups failed"; done
+for k in 0 1 2 3 4 5; do
+	[ "$(wc -l < "$T/s$k.a")" = 50 ] && cmp -s "$T/s$k.a" "$T/s$k.b" || fail "the consumers of s$k saw different batches"
+done
+peak=$(stat_of "$m" prep_staged_peak_bytes)
+[ "$peak" -le $((total + 6 * one)) ] || fail "peak $peak bytes of batches, --prep-mem $total"
+[ "$(stat_of "$m" prep_consumers_dropped)" = 0 ] || fail "a live consumer was dropped"
+ok "six groups share --prep-mem $total: held $held (peak $peak) bytes of batches, the daemon grew by $grow"
 umount_ep
 
 # Bad images: substitutes, counted and logged once each; good odd ones decode.

@@ -1,10 +1,12 @@
 /* test_group.c - a prep group over a real ImageFolder tree: k consumers get
- * the same bytes, labels follow ImageFolder, memory stays bounded, a dead
- * consumer does not stall the others, bad images are substitutes counted
- * once, a late reader gets a bit-identical regeneration. */
+ * the same bytes, labels follow ImageFolder, memory stays bounded (for
+ * many groups on one pool too), a dead consumer does not stall the others,
+ * bad images are substitutes counted once, a late reader gets a
+ * bit-identical regeneration, and bookkeeping does not grow with epochs=. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <turbojpeg.h>
 
@@ -103,20 +105,26 @@ static void on_bad(void *ctx, const char *rel, int err)
 	__atomic_add_fetch(&bad_calls, 1, __ATOMIC_RELAXED);
 }
 
-static struct group *mkgroup_ahead(const char *spec, uint64_t mem, double timeout, uint32_t ahead)
+static struct group *mkgroup_opts(const char *spec, const struct group_opts *o)
 {
 	struct prep_spec sp;
 	struct folder *f;
 	struct group *g;
 	char err[256];
 	struct group_io io = { .ctx = &base, .read_file = read_file, .bad = on_bad };
-	struct group_opts o = { .threads = 2, .mem = mem, .timeout_s = timeout, .wait_s = 20,
-				.ahead = ahead };
 
 	cr_assert_eq(spec_parse(spec, strlen(spec), &sp, err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(folder_scan(base, "", &f, err, sizeof(err)), 0, "%s", err);
-	cr_assert_eq(group_new(&sp, f, &io, &o, &g, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(group_new(&sp, f, &io, o, &g, err, sizeof(err)), 0, "%s", err);
 	return g;
+}
+
+static struct group *mkgroup_ahead(const char *spec, uint64_t mem, double timeout, uint32_t ahead)
+{
+	struct group_opts o = { .threads = 2, .mem = mem, .timeout_s = timeout, .wait_s = 20,
+				.ahead = ahead };
+
+	return mkgroup_opts(spec, &o);
 }
 
 static struct group *mkgroup(const char *spec, uint64_t mem, double timeout)
@@ -308,20 +316,23 @@ Test(group, a_reader_ahead_of_the_workers_is_served)
 	group_free(g);
 }
 
-/* Regression: a batch whose first copy was evicted unread (a reader far
- * ahead needed its memory) must, once made again, wait for every consumer.
- * It was freed after the first, so the second made it a third time, and in
- * a long run a slow consumer waiting for that remake behind batches the
- * fast one had read was dropped as dead. */
-Test(group, a_batch_evicted_unread_waits_for_every_consumer)
+/* Bytes of a full batch of "batch=8 size=32". */
+static size_t batch8_bytes(void)
 {
-	tree();
 	struct group *probe = mkgroup("batch=8\nsize=32\n", 1 << 20, 60);
-	size_t one = group_batch_bytes(probe, 0), n;
+	size_t one = group_batch_bytes(probe, 0);
+
 	group_free(probe);
-	/* Two consumers, room for two batches and a half, two made ahead. */
-	struct group *g = mkgroup_ahead("batch=8\nsize=32\njobs=2\nepochs=1\n", 2 * one + one / 2, 60, 2);
+	return one;
+}
+
+/* G has two consumers, room for two batches and a half, and two batches
+ * made ahead. Once batches 0 and 1 are made, consumer A reads 0 and jumps
+ * to 3, so batch 1 gives way unread; then consumer B reads 0. */
+static void evict_batch_1(struct group *g)
+{
 	struct group_stats s;
+	size_t n;
 
 	for (int i = 0; i < 300; i++) {         /* batches 0 and 1, unread */
 		group_get_stats(g, &s);
@@ -335,6 +346,21 @@ Test(group, a_batch_evicted_unread_waits_for_every_consumer)
 	uint8_t *b0 = read_batch(g, 0, 0, &n);  /* consumer B reads 0: freed */
 	cr_expect(!memcmp(a0, b0, n));
 	free(a0), free(b0);
+}
+
+/* Regression: a batch whose first copy was evicted unread (a reader far
+ * ahead needed its memory) must, once made again, wait for every consumer.
+ * It was freed after the first, so the second made it a third time, and in
+ * a long run a slow consumer waiting for that remake behind batches the
+ * fast one had read was dropped as dead. */
+Test(group, a_batch_evicted_unread_waits_for_every_consumer)
+{
+	tree();
+	size_t one = batch8_bytes(), n;
+	struct group *g = mkgroup_ahead("batch=8\nsize=32\njobs=2\nepochs=1\n", 2 * one + one / 2, 60, 2);
+	struct group_stats s;
+
+	evict_batch_1(g);
 	uint8_t *a1 = read_batch(g, 0, 1, &n);  /* A: batch 1 made again */
 	uint8_t *b1 = read_batch(g, 0, 1, &n);  /* B: the same copy */
 	cr_expect(!memcmp(a1, b1, n));
@@ -414,4 +440,162 @@ Test(group, run_ahead_is_bounded)
 	cr_expect_eq(s.produced, 6, "made %llu with batch 3 read", (unsigned long long)s.produced);
 	cr_expect_eq(s.regenerated, 0);
 	group_free(g);
+}
+
+/* Many groups on one pool hold no more than its limit together, plus one
+ * batch a group (the allowance), and every consumer of every group still
+ * gets exact bytes. Each group alone would hold more than the limit: four
+ * batches made ahead each, and batches read by one consumer wait for the
+ * other. */
+Test(group, groups_on_one_pool_hold_its_total_together)
+{
+	enum { NG = 6, NB = 9 };
+	tree();
+	size_t one = batch8_bytes();
+	struct group_pool *pool;
+	struct group_pool_stats ps;
+	struct group *g[NG];
+	struct consumer c[NG][2];
+	pthread_t t[NG][2];
+	char spec[128];
+
+	cr_assert_eq(group_pool_new(3 * one, &pool), 0);
+	for (int i = 0; i < NG; i++) {
+		struct group_opts o = { .threads = 1, .pool = pool, .timeout_s = 60, .wait_s = 20 };
+		snprintf(spec, sizeof(spec), "batch=8\nsize=32\njobs=2\nepochs=2\nseed=%d\n", i);
+		g[i] = mkgroup_opts(spec, &o);
+		cr_assert_eq(group_batches(g[i]), NB);
+	}
+	for (int i = 0; i < NG; i++)
+		for (int k = 0; k < 2; k++) {
+			c[i][k] = (struct consumer){ .g = g[i], .epochs = 2 };
+			pthread_create(&t[i][k], NULL, consume, &c[i][k]);
+		}
+	for (int i = 0; i < NG; i++)
+		for (int k = 0; k < 2; k++)
+			pthread_join(t[i][k], NULL);
+	group_pool_get_stats(pool, &ps);
+	cr_expect_leq(ps.held_peak, 3 * one + NG * one, "held %llu bytes, limit %zu + %d batches of %zu",
+		      (unsigned long long)ps.held_peak, 3 * one, NG, one);
+	cr_expect_geq(ps.peak, 3 * one, "the pool never filled: this tests nothing");
+	for (int i = 0; i < NG; i++) {
+		struct group_stats s;
+		snprintf(spec, sizeof(spec), "batch=8\nsize=32\nepochs=2\nseed=%d\n", i);
+		struct group *ref = mkgroup(spec, 1 << 30, 60);
+		for (uint32_t e = 0; e < 2; e++)
+			for (uint64_t b = 0; b < NB; b++) {
+				size_t n;
+				uint8_t *want = read_batch(ref, e, b, &n);
+				cr_expect_eq(c[i][0].hash[e][b], XXH3_64bits(want, n), "group %d (%u, %llu)", i, e,
+					     (unsigned long long)b);
+				cr_expect_eq(c[i][1].hash[e][b], XXH3_64bits(want, n), "group %d (%u, %llu)", i, e,
+					     (unsigned long long)b);
+				free(want);
+			}
+		group_free(ref);
+		settle(g[i], &s);
+		cr_expect_eq(s.produced, 2 * NB, "group %d", i);
+		cr_expect_eq(s.dropped, 0, "group %d dropped a live consumer", i);
+		cr_expect_eq(s.staged_bytes, 0, "group %d", i);
+		cr_expect_eq(s.mem_limit, 3 * one);
+	}
+	for (int i = 0; i < NG; i++)
+		group_free(g[i]);
+	group_pool_get_stats(pool, &ps);
+	cr_expect(ps.held == 0 && ps.staged == 0 && ps.groups == 0, "held %llu staged %llu groups %u",
+		  (unsigned long long)ps.held, (unsigned long long)ps.staged, ps.groups);
+	group_pool_free(pool);
+}
+
+/* Bytes malloc holds for the program, mapped blocks included. */
+static size_t heap(void)
+{
+	struct mallinfo2 m = mallinfo2();
+
+	return m.uordblks + m.hblkhd;
+}
+
+/* Regression: a group's bookkeeping was sized by batches x epochs (two
+ * bitmaps, a bit for every batch of every epoch, allocated up front), so
+ * two 4-line specs with epochs=1000000 took 47 GB of address space. Sized
+ * by a window of epochs, a group of a million epochs costs what one of four
+ * does, and still serves every epoch with the same bytes. */
+Test(group, bookkeeping_does_not_grow_with_epochs)
+{
+	/* batch=1: 67 batches an epoch, so a million epochs were two bitmaps of
+	 * 8.4 MB each. */
+	const char *few = "batch=1\nsize=8\njobs=2\nepochs=4\n", *many = "batch=1\nsize=8\njobs=2\nepochs=1000000\n";
+	struct group_opts o = { .threads = 1, .mem = 1 << 20, .timeout_s = 60, .wait_s = 20, .ahead = 1 };
+	size_t n, m;
+
+	tree();
+	size_t h0 = heap();
+	struct group *a = mkgroup_opts(few, &o);
+	size_t h1 = heap();
+	struct group *b = mkgroup_opts(many, &o);
+	size_t h2 = heap();
+#ifndef __SANITIZE_ADDRESS__
+	/* Each group's workers allocate as they start: compare with the small
+	 * group's own cost, and leave room for it. */
+	size_t cost_few = h1 > h0 ? h1 - h0 : 0, cost_many = h2 > h1 ? h2 - h1 : 0;
+	cr_expect_lt(cost_many, cost_few + (1u << 20), "a million epochs cost %zu bytes, four %zu", cost_many,
+		     cost_few);
+#else
+	(void)h0, (void)h1, (void)h2;   /* malloc's own figures are not kept under AddressSanitizer */
+#endif
+	for (uint32_t e = 0; e < 4; e++) {
+		uint8_t *x = read_batch(a, e, 5, &n), *y = read_batch(b, e, 5, &m);
+		cr_expect(n == m && !memcmp(x, y, n), "epoch %u differs", e);
+		free(x), free(y);
+	}
+	uint8_t *last = read_batch(b, 999999, 66, &n);
+	struct batch_header h;
+	memcpy(&h, last, sizeof(h));
+	cr_expect(h.epoch == 999999 && h.index == 66, "epoch %u index %llu", h.epoch, (unsigned long long)h.index);
+	free(last);
+	group_free(a), group_free(b);
+}
+
+/* A consumer further behind than the window (here a job that comes after
+ * the others read six epochs; the window is three) reads batches made again
+ * for it alone: the same bytes, counted as regenerated, freed after its one
+ * read. So is a batch whose first copy was evicted unread, which within the
+ * window waits for every consumer (a_batch_evicted_unread_waits_for_every_
+ * consumer): behind it the group no longer knows, and a second copy costs
+ * CPU rather than a batch held for a consumer who may never come. */
+Test(group, a_consumer_behind_the_window_reads_copies_of_its_own)
+{
+	tree();
+	size_t one = batch8_bytes(), n;
+	/* Room for two batches and a half: the window is 3 epochs (group.c,
+	 * window_size()). */
+	struct group *g = mkgroup_ahead("batch=8\nsize=32\njobs=2\nepochs=6\n", 2 * one + one / 2, 60, 2);
+	struct group *ref = mkgroup("batch=8\nsize=32\nepochs=6\n", 1 << 30, 60);
+	struct group_stats s;
+
+	evict_batch_1(g);
+	for (uint64_t i = 2; i < 9; i++) {      /* both read the rest of epoch 0, but batch 1 */
+		if (i != 3)
+			free(read_batch(g, 0, i, &n));
+		free(read_batch(g, 0, i, &n));
+	}
+	for (uint32_t e = 1; e < 6; e++)
+		for (uint64_t i = 0; i < 9; i++) {
+			free(read_batch(g, e, i, &n));
+			free(read_batch(g, e, i, &n));
+		}
+	settle(g, &s);
+	cr_assert_eq(s.staged_bytes, 0);
+	uint64_t regen = s.regenerated, freed = s.freed;
+
+	/* A late job reads epoch 0: batch 1, evicted unread long ago. */
+	uint8_t *late = read_batch(g, 0, 1, &n), *want = read_batch(ref, 0, 1, &n);
+	cr_expect(!memcmp(late, want, n), "the late copy differs");
+	free(late), free(want);
+	settle(g, &s);
+	cr_expect_eq(s.regenerated, regen + 1);
+	cr_expect_eq(s.staged_bytes, 0, "the late copy is held for a second consumer");
+	cr_expect_eq(s.freed, freed + 1);
+	cr_expect_eq(s.dropped, 0);
+	group_free(g), group_free(ref);
 }

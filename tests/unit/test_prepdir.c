@@ -2,8 +2,9 @@
  * drives it, over a fake I/O that reads a small ImageFolder tree of JPEGs.
  * Declaring and reading a group, the canonical spec, the writer's rules
  * (whole lines, values, --prep-mem), refusals that hold no slot, the slot
- * limit, a running group's spec, unlink while a read is in flight, and
- * nodes of an ended group that never reach its successor.
+ * limit, a running group's spec, unlink while a read is in flight, nodes
+ * of an ended group that never reach its successor, and one memory total
+ * for all groups.
  *
  * Node numbers are opaque here, except in one place that checks a test's
  * own precondition (a slot reused) against the layout of prepdir.c's
@@ -692,5 +693,52 @@ Test(prepdir, nodes_of_an_ended_group_are_stale)
 	read_batch(nb.node, nb.size, 4, 0, 0);
 	prepdir_forget(pd, nb.node, 1);
 	prepdir_forget(pd, ba.node, 1);
+	cr_expect_eq(readers_settled(), 0);
+}
+
+/* 9. --prep-mem is one total for all groups: six groups whose batches made
+ * ahead would each fit it hold no more than it together, and reading every
+ * batch of every group still works (a group that holds none may always
+ * make the batch its reader waits for, one beyond the total). */
+Test(prepdir, groups_share_prep_mem)
+{
+	enum { NG = 6 };
+	const char *big = "batch=6\nsize=128\nepochs=1\n";    /* ~295 KB a batch, 2 an epoch */
+	struct group_stats s;
+	uint64_t groups, made = 0;
+	char nm[32];
+
+	for (int i = 0; i < NG; i++) {
+		snprintf(nm, sizeof(nm), "m%d", i);
+		cr_assert_eq(declare(nm, big, NULL), (ssize_t)strlen(big), "%s", nm);
+	}
+	/* Each group makes one batch ahead (setup's ahead = 1) if the pool
+	 * lets it; wait until the workers stop. */
+	for (int i = 0; i < 500; i++) {
+		usleep(20000);
+		prepdir_stats(pd, &s, &groups);
+		if (s.produced == made && made)
+			break;
+		made = s.produced;
+	}
+	prepdir_stats(pd, &s, &groups);
+	size_t one = 128 + 64 + 6 * 128 * 128 * 3;
+	cr_expect_eq(s.mem_limit, MEM);
+	cr_expect_leq(s.staged_peak, MEM, "made ahead: %llu bytes held, --prep-mem %u",
+		      (unsigned long long)s.staged_peak, MEM);
+	cr_expect_geq(s.staged_bytes, 2 * one, "the groups made nothing ahead");
+	for (int i = 0; i < NG; i++)
+		for (unsigned b = 0; b < 2; b++) {
+			struct prepdir_attr ba;
+			snprintf(nm, sizeof(nm), "m%d", i);
+			batch_node(nm, 0, b, &ba);
+			uint8_t *buf = malloc(ba.size);
+			cr_assert(buf);
+			cr_expect_eq(rd(ba.node, buf, ba.size, 0), (ssize_t)ba.size, "%s batch %u", nm, b);
+			free(buf);
+			prepdir_forget(pd, ba.node, 1);
+		}
+	prepdir_stats(pd, &s, &groups);
+	cr_expect_leq(s.staged_peak, MEM + NG * one, "%llu bytes held", (unsigned long long)s.staged_peak);
 	cr_expect_eq(readers_settled(), 0);
 }

@@ -9,6 +9,8 @@
  *   write of its spec) scans its root and starts its workers while holding
  *   the prepdir lock: rare, and it makes k jobs declaring the same group at
  *   once simple (the second sees the first's group).
+ * - Memory: one pool (prep/group.h) for all groups, of --prep-mem bytes;
+ *   the groups share it, so 64 groups hold what one may.
  * - Batch reads never block the FUSE thread: a read of a batch not made yet
  *   is queued in the group and answered by the worker that makes it. A
  *   node's reader is closed when the kernel forgets the node; the batch's
@@ -28,10 +30,17 @@ int prepdir_new(const struct prepdir_io *io, const struct group_opts *o, struct 
 {
 	struct prepdir *pd = calloc(1, sizeof(*pd));
 
+	int err;
+
 	if (!pd)
 		return -ENOMEM;
 	pd->io = *io;
 	pd->o = *o;
+	/* One pool for every group: o->mem is the total (--prep-mem). */
+	if ((err = group_pool_new(o->mem, &pd->o.pool)) < 0) {
+		free(pd);
+		return err;
+	}
 	for (unsigned i = 0; i < PREPDIR_MAX_GROUPS; i++)
 		pd->slots[i].pd = pd;
 	pthread_mutex_init(&pd->lock, NULL);
@@ -52,6 +61,7 @@ void prepdir_free(struct prepdir *pd)
 		}
 	for (unsigned i = 0; i < PREPDIR_MAX_GROUPS; i++)
 		group_free(pd->slots[i].g);
+	group_pool_free(pd->o.pool);
 	pthread_mutex_destroy(&pd->lock);
 	free(pd);
 }
@@ -453,6 +463,8 @@ const char *prepdir_dirent(struct prepdir *pd, uint64_t dir, uint64_t pos, int *
 
 void prepdir_stats(struct prepdir *pd, struct group_stats *sum, uint64_t *groups)
 {
+	struct group_pool_stats ps;
+
 	memset(sum, 0, sizeof(*sum));
 	*groups = 0;
 	pthread_mutex_lock(&pd->lock);
@@ -470,12 +482,16 @@ void prepdir_stats(struct prepdir *pd, struct group_stats *sum, uint64_t *groups
 		sum->images += s.images;
 		sum->bad_samples += s.bad_samples;
 		sum->cpu_ns += s.cpu_ns;
-		sum->staged_bytes += s.staged_bytes;
-		sum->staged_peak += s.staged_peak;
 		sum->readers += s.readers;
 		sum->dropped += s.dropped;
 		sum->jobs += s.jobs;
 	}
 	pthread_mutex_unlock(&pd->lock);
+	/* The pool's own figures: the peak of the sum over groups, not the
+	 * sum of each group's peak (groups peak at different times). */
+	group_pool_get_stats(pd->o.pool, &ps);
+	sum->staged_bytes = ps.staged;
+	sum->staged_peak = ps.peak;
+	sum->mem_limit = ps.limit;
 }
 

@@ -63,6 +63,8 @@ struct prepdir_io {
 	int (*scan)(void *ctx, const char *rel, struct folder **out, char *err, size_t errlen);
 };
 
+/* O's options for every group; o->mem is the total all groups together
+ * hold (one group_pool for all of them, made here; o->pool is ignored). */
 int prepdir_new(const struct prepdir_io *io, const struct group_opts *o, struct prepdir **out);
 /* Ends every group; no node may be in use. */
 void prepdir_free(struct prepdir *pd);
@@ -90,7 +92,9 @@ void prepdir_forget(struct prepdir *pd, uint64_t node, uint64_t nlookup);
 const char *prepdir_dirent(struct prepdir *pd, uint64_t dir, uint64_t pos, int *is_dir, char *name,
 			   size_t len);
 
-/* Sums over all groups, and how many there are. */
+/* Sums over all groups, and how many there are; staged_bytes, staged_peak
+ * (the most held at once by all groups together) and mem_limit are the
+ * pool's. */
 void prepdir_stats(struct prepdir *pd, struct group_stats *sum, uint64_t *groups);
 
 #endif
