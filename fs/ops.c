@@ -88,6 +88,14 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 		s->cfg.handle_open = 1;
 	}
 	conn->time_gran = 1;
+	/* Reads the daemon parks (a .prep/ batch not made yet, a load in
+	 * flight) hold background requests (async direct I/O, readahead),
+	 * 1 MiB each: at the kernel's default of 12, three parked 4.8 MB
+	 * batch reads kept out the reads that would have freed memory, and
+	 * every consumer stalled. The kernel caps this for a daemon without
+	 * CAP_SYS_ADMIN (fs.fuse.max_user_bgreq). */
+	conn->max_background = OPS_MAX_BACKGROUND;
+	conn->congestion_threshold = OPS_MAX_BACKGROUND * 3 / 4;
 	/* The kernel's first request, answered when this returns: from here on
 	 * the mount serves, which is what a Type=notify unit waits for. */
 	int err = notify_sendf("READY=1\nSTATUS=serving %s", s->cfg.mountpoint);

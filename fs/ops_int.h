@@ -15,6 +15,9 @@
 #include "ops.h"
 #include "util/worker.h"
 
+/* Background requests the kernel may have in flight (its default: 12). */
+#define OPS_MAX_BACKGROUND 128
+
 struct change;
 struct drop;
 

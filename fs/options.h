@@ -28,7 +28,7 @@ struct options {
 	uint64_t scrub_rate;        /* scrubber bytes per second; 0: off */
 	uint64_t prefault_window;   /* cache bytes resident ahead of the fill; 0: off */
 	int prep;                   /* serve .prep/ (off: --no-prep, and the mount is ro) */
-	uint64_t prep_mem;          /* bytes of made batches per group; 0: default */
+	uint64_t prep_mem;          /* bytes of made batches, all groups together; 0: default */
 	unsigned prep_threads;      /* 0: one per CPU */
 	unsigned prep_timeout;      /* seconds */
 	unsigned prep_ahead;        /* batches made past the furthest read; 0: default */

@@ -82,7 +82,7 @@ struct core_opts {
 	int page_cache;             /* enum page_cache_mode: the kernel's copies of files */
 	int no_mem_watch;           /* no pressure thread: the cache never pauses or shrinks */
 	int prep;                   /* serve .prep/ */
-	uint64_t prep_mem;          /* bytes of made batches per group; 0: default */
+	uint64_t prep_mem;          /* bytes of made batches, all groups together; 0: default */
 	unsigned prep_threads;      /* workers per group; 0: one per CPU */
 	double prep_timeout;        /* seconds before a stalled consumer is dropped */
 	unsigned prep_ahead;        /* batches made past the furthest read; 0: default */

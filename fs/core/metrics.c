@@ -217,7 +217,9 @@ int core_samples(struct core *c, struct sample *out, int max)
 	COUNTER("prep_images", "Images decoded and augmented", ps.images);
 	COUNTER("prep_bad_samples", "Images replaced by a substitute (corrupt, not JPEG, too large)", ps.bad_samples);
 	GAUGE("prep_staged_bytes", "Bytes of made batches held in memory", ps.staged_bytes);
-	GAUGE("prep_staged_peak_bytes", "Most bytes of made batches held at once (sum over groups)", ps.staged_peak);
+	GAUGE("prep_staged_peak_bytes", "Most bytes of made batches held at once, all groups together", ps.staged_peak);
+	GAUGE("prep_mem_limit_bytes", "What made batches may hold, all groups together (--prep-mem)",
+	      ps.mem_limit == UINT64_MAX ? 0 : ps.mem_limit);
 	GAUGE("prep_consumers", "Batch files open now", ps.readers);
 	COUNTER("prep_consumers_dropped", "Consumers given up on after stalling", ps.dropped);
 #undef GAUGE

@@ -15,6 +15,17 @@ m=$T/mnt
 one=$((128 + 64 + 16 * 32 * 32 * 3))       # a batch of 16 at 32x32, uint8
 mount_ep "$T/src" "$m" --prep-mem $((3 * one))B --prep-timeout 2
 
+# The kernel may keep 128 background requests in flight (not its 12):
+# reads parked on batches not made yet must leave room for the reads that
+# free memory (docs/design.md, prep). Read back from the FUSE control fs.
+CTL=/sys/fs/fuse/connections
+if [ "$(id -u)" = 0 ] && { mountpoint -q "$CTL" || mount -t fusectl none "$CTL" 2>/dev/null; }; then
+	dev=$(stat -c %d "$m")
+	bg=$(cat "$CTL/$((dev & 0xff | (dev >> 12 & 0xfff00)))/max_background" 2>/dev/null)
+	[ "$bg" = 128 ] || fail "max_background is ${bg:-unreadable}, not 128"
+	ok "the kernel may keep 128 background requests in flight"
+fi
+
 out=$("$PREP" "$m" g --batch 16 --size 32 --jobs 3 --epochs 2 --seed 7) || fail "epochfs-prep: $out"
 echo "$out" | grep -q "group g: 2 epochs of 10 batches of 16, 32x32 uint8 NCHW, for 3 consumers" || fail "prep said: $out"
 [ "$(ls "$m/.prep")" = "$(printf 'g\ng.spec')" ] || fail ".prep lists: $(ls "$m/.prep")"
