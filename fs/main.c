@@ -153,6 +153,62 @@ static int check_overlap(const char *source, const char *mountpoint)
 	return ret;
 }
 
+/* DIR made canonical where it exists: its deepest existing ancestor
+ * resolved, the rest appended (a --cache-dir may be made by the tier). */
+static void canonical_dir(const char *dir, char *out, size_t len)
+{
+	char path[4096], rest[4096] = "";
+
+	snprintf(path, sizeof(path), "%s", dir);
+	for (;;) {
+		char *r = realpath(path, NULL);
+		if (r) {
+			snprintf(out, len, "%s%s", r, rest);
+			free(r);
+			return;
+		}
+		char *slash = strrchr(path, '/');
+		if (!slash || slash == path) {
+			snprintf(out, len, "%s", dir);
+			return;
+		}
+		char tmp[4096];
+		snprintf(tmp, sizeof(tmp), "%s%s", slash, rest);
+		snprintf(rest, sizeof(rest), "%s", tmp);
+		*slash = 0;
+	}
+}
+
+/* Refuses a --cache-dir whose tier directory (DIR/epochfs-tier) is on,
+ * inside or around SOURCE (its files would show in the mount, and change
+ * the dataset) or MOUNTPOINT (the daemon would wait on its own mount);
+ * also --state-dir. 0, or -1 (logged). */
+static int check_store_dirs(const struct options *o)
+{
+	char *s = realpath(o->source, NULL), *m = realpath(o->mountpoint, NULL), d[4200];
+	int ret = 0;
+
+	for (unsigned i = 0; i <= o->ncache_dirs && !ret && s && m; i++) {
+		const char *what = i < o->ncache_dirs ? "--cache-dir" : "--state-dir";
+		const char *dir = i < o->ncache_dirs ? o->cache_dirs[i] : o->state_dir;
+		char c[4096];
+		if (!dir)
+			continue;
+		canonical_dir(dir, c, sizeof(c));
+		snprintf(d, sizeof(d), "%s%s", c, i < o->ncache_dirs ? "/epochfs-tier" : "");
+		if (path_overlap(d, s) || path_overlap(d, m)) {
+			log_error("%s %s: %s overlaps %s %s (one is or holds the other): the cache would %s; "
+				  "put it elsewhere", what, dir, d, path_overlap(d, s) ? "SOURCE" : "MOUNTPOINT",
+				  path_overlap(d, s) ? s : m,
+				  path_overlap(d, s) ? "write into the dataset" : "wait on its own mount");
+			ret = -1;
+		}
+	}
+	free(s);
+	free(m);
+	return ret;
+}
+
 /* Joins the cluster when a peer list is given (--peers, --peers-file, or
  * SLURM's environment): 0 (with or without peers) or -1 (logged). */
 static int setup_peers(const struct options *o, struct core *core)
@@ -272,7 +328,7 @@ int main(int argc, char **argv)
 		return 1;
 	if (check_dir("SOURCE", o.source) || check_dir("MOUNTPOINT", o.mountpoint))
 		return 1;
-	if (check_overlap(o.source, o.mountpoint))
+	if (check_overlap(o.source, o.mountpoint) || check_store_dirs(&o))
 		return 2;
 	if (access("/dev/fuse", R_OK | W_OK) < 0) {
 		log_error("/dev/fuse: %s (is the fuse module loaded, and may this user open it?)",

@@ -138,6 +138,18 @@ grep -q -- "--cache-dir $T/ssd/epochfs-tier is in use by another epochfs (pid $E
 umount_ep
 ok "a second daemon on the same tier directory is refused"
 
+# A mount refused for its --cache-dir leaves no RAM cache state behind.
+mkdir -p "$T/m3"
+for bad in /proc "$T/src/$(ls "$T/src" | head -1)" "$T/src" "$T/m3/t" "$T/nowhere/../etc/passwd"; do
+	if "$EPOCHFS" -f --cache-dir "$bad" "$T/src" "$T/m3" 2>"$T/bad.err"; then
+		fusermount3 -u "$T/m3"; fail "mounted with --cache-dir $bad"
+	fi
+	for o in /dev/shm/epochfs-"$(id -u)"/*/owner; do
+		[ -f "$o" ] && grep -qx "mountpoint=$T/m3" "$o" && fail "--cache-dir $bad: a state left in $(dirname "$o")"
+	done
+done
+ok "a --cache-dir in SOURCE or the mount, or unusable, is refused and leaves no cache state"
+
 # A full tier: a budget of 4 MiB takes what fits and no more.
 mount_ep "$T/src" "$M" --cache-size $((D / 4))B --no-persist --cache-dir "$T/small" --cache-dir-size 4M
 epoch 4 >/dev/null
