@@ -536,6 +536,9 @@ void core_close(struct core *c)
 	if (!c)
 		return;
 	httpd_stop(c->httpd);       /* it renders the counters of everything below */
+	memory_stop(c->memory);     /* each tick reads the orders, the staging and the cache: before
+				     * any of them goes (a tick racing order_free() crashed a stop) */
+	c->memory = NULL;
 	prepdir_free(c->prep);      /* its groups read through the core (and peers): first */
 	prefetch_free(c->pf);       /* its fetches too, and prep's reads tell it of progress */
 	c->pf = NULL;               /* the order and staging call it no more */
@@ -547,7 +550,6 @@ void core_close(struct core *c)
 		c->nsources = 0;        /* the tier's and the peers' sources */
 	}
 	watch_stop(c->watch);
-	memory_stop(c->memory); /* it shrinks the cache: before the cache goes */
 	maint_stop(c->maint);
 	tier_free(c->tier);         /* its writes land first */
 	storage_free(c->st);
