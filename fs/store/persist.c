@@ -1,9 +1,10 @@
 /* persist.c - the RAM cache's state directory on tmpfs (and the SSD
- * tier's on its disks): opening it (trust, lock, owner, arena, room),
- * removing or keeping it at a stop, and freeing the orphans no restart
- * will come for; see persist.h for the contract. The table inside it, its
- * records and the adoption of what it names are persist_table.c's
- * (persist_int.h holds what the two share).
+ * tier's on its disks): opening it (trust, lock, owner, arena, room), and
+ * removing or keeping it at a stop; see persist.h for the contract. The
+ * table inside it, its records and the adoption of what it names are
+ * persist_table.c's; the states of a whole root (listing them, freeing
+ * those no daemon holds, the sweep of orphans) are persist_states.c's
+ * (persist_int.h holds what they share).
  *
  * DESIGN
  * - Files: DIR/lock (flock, the holder's pid inside), DIR/owner (text:
@@ -12,10 +13,7 @@
  * - Every file is opened through the directory's fd, without following
  *   links, and checked (util/trust.h); one that fails is removed and made
  *   anew, never believed.
- * - The sweep takes each orphan's lock before it judges it, so a state a
- *   daemon holds (or is opening) is never freed under it.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/magic.h>
@@ -31,7 +29,6 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "store/path.h"
 #include "store/persist_int.h"
 #include "util/log.h"
 #include "util/trust.h"
@@ -287,93 +284,6 @@ void persist_default_dir(const char *root, const char *mountpoint, char *buf, si
 	tail[k] = 0;
 	snprintf(buf, len, "%s/%s%s%08llx", root, tail, k ? "-" : "",
 		 (unsigned long long)(XXH3_64bits(mountpoint, ml) & 0xffffffffu));
-}
-
-/* Whether the orphaned state in DIRFD (its lock held by us) is to go:
- * its OWNER file's mount point is gone, or no longer an epochfs mount
- * (unmounted cleanly or by hand: no restart will come for it), unless it
- * was kept on purpose (--persist always). A dead epochfs mount (a crash, a
- * kill -9) keeps its state for the restart. */
-static int orphan_goes(int dirfd, char *mnt, size_t mlen)
-{
-	char line[4200], type[64];
-	int kept = 0, ofd = openat(dirfd, "owner", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	FILE *f;
-	struct stat sb;
-
-	*mnt = 0;
-	if (ofd < 0 || !(f = fdopen(ofd, "r"))) {
-		if (ofd >= 0)
-			close(ofd);
-		return 0;                   /* not a state we can read: left alone */
-	}
-	while (fgets(line, sizeof(line), f)) {
-		line[strcspn(line, "\n")] = 0;
-		if (!strncmp(line, "mountpoint=", 11))
-			snprintf(mnt, mlen, "%s", line + 11);
-		else if (!strcmp(line, "kept=1"))
-			kept = 1;
-	}
-	fclose(f);
-	if (!*mnt)
-		return 0;
-	if (stat(mnt, &sb) < 0 && errno == ENOENT)
-		return 1;
-	if (kept)
-		return 0;
-	return path_mount_type("/proc/self/mountinfo", mnt, type, sizeof(type)) != 1 ||
-	       strcmp(type, "fuse.epochfs") != 0;
-}
-
-int persist_sweep(const char *root, const char *except)
-{
-	char why[300], mnt[4200];
-	int rootfd = trust_dir(root, TRUST_OWN, NULL, why, sizeof(why)), removed = 0;
-	DIR *d;
-	struct dirent *e;
-
-	if (rootfd < 0)
-		return 0;
-	d = fdopendir(rootfd);
-	if (!d) {
-		close(rootfd);
-		return 0;
-	}
-	while ((e = readdir(d))) {
-		struct stat sb;
-		int fd, lock;
-
-		if (e->d_name[0] == '.')
-			continue;
-		if (except && !strcmp(except, e->d_name))
-			continue;
-		fd = openat(rootfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		if (fstat(fd, &sb) < 0 || sb.st_uid != geteuid() || (sb.st_mode & 077)) {
-			close(fd);
-			continue;                   /* not one of ours */
-		}
-		lock = trust_openat(fd, "lock", O_RDWR, 0, why, sizeof(why));
-		if (lock < 0 || flock(lock, LOCK_EX | LOCK_NB) < 0) {
-			if (lock >= 0)
-				close(lock);
-			close(fd);
-			continue;                   /* held, or not a state */
-		}
-		if (orphan_goes(fd, mnt, sizeof(mnt))) {
-			trust_empty_dir(fd);
-			if (unlinkat(rootfd, e->d_name, AT_REMOVEDIR) == 0) {
-				removed++;
-				log_info("freed the cache state %s/%s: its daemon is gone and %s is no longer an "
-					 "epochfs mount", root, e->d_name, mnt);
-			}
-		}
-		close(lock);
-		close(fd);
-	}
-	closedir(d);
-	return removed;
 }
 
 void persist_default_root(char *buf, size_t len)
