@@ -74,7 +74,7 @@ CORE_LIB := $(BUILD)/libepochfs.a
 DAEMON := $(BUILD)/epochfs
 TOOLS := $(BUILD)/epochfs-gen $(BUILD)/epochfs-bench $(BUILD)/epochfs-stat $(BUILD)/epochfs-prep \
 	 $(BUILD)/epochfs-manifest $(BUILD)/epochfs-warmup
-TOOL_OBJ := $(BUILD)/tools/mstats.o
+TOOL_OBJ := $(BUILD)/tools/mstats.o $(BUILD)/tools/mwhere.o
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
@@ -126,6 +126,9 @@ $(CORE_LIB): $(CORE_OBJ)
 $(DAEMON): $(BUILD)/fs/main.o $(BUILD)/fs/ops.o $(BUILD)/fs/ops_session.o $(CORE_LIB)
 	$(call say,LINK,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+# epochfs-stat's modes, one file each (tools/stat_int.h).
+$(BUILD)/epochfs-stat: $(BUILD)/tools/stat_list.o $(BUILD)/tools/stat_file.o
 
 $(BUILD)/epochfs-%: $(BUILD)/tools/%.o $(TOOL_OBJ) $(CORE_LIB)
 	$(call say,LINK,$@)
