@@ -61,7 +61,7 @@ CORE_SRC := fs/util/log.c fs/util/memwatch.c fs/util/notify.c fs/util/trust.c fs
 	    fs/core/ns/control.c fs/core/ns/order.c fs/core/ns/prepdir.c fs/core/ns/prepspec.c \
 	    fs/core/ns/ns_control.c fs/core/ns/ns_order.c fs/core/ns/ns_prep.c \
 	    fs/store/index.c fs/store/path.c fs/store/storage.c fs/store/cache.c fs/store/maint.c fs/store/staging.c \
-	    fs/store/manifest.c fs/store/manifest_build.c fs/store/persist.c fs/store/persist_table.c \
+	    fs/store/manifest.c fs/store/manifest_build.c fs/store/persist.c fs/store/persist_table.c fs/store/persist_states.c \
 	    fs/store/tier.c fs/store/tier_write.c \
 	    fs/cluster/owner.c fs/cluster/cluster.c fs/cluster/proto.c fs/cluster/peer.c \
 	    fs/cluster/peer_client.c fs/cluster/peer_server.c
@@ -77,7 +77,7 @@ CORE_LIB := $(BUILD)/libepochfs.a
 DAEMON := $(BUILD)/epochfs
 TOOLS := $(BUILD)/epochfs-gen $(BUILD)/epochfs-bench $(BUILD)/epochfs-stat $(BUILD)/epochfs-prep \
 	 $(BUILD)/epochfs-manifest $(BUILD)/epochfs-warmup
-TOOL_OBJ := $(BUILD)/tools/mstats.o
+TOOL_OBJ := $(BUILD)/tools/mstats.o $(BUILD)/tools/mwhere.o
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
@@ -130,6 +130,9 @@ $(CORE_LIB): $(CORE_OBJ)
 $(DAEMON): $(BUILD)/fs/main.o $(BUILD)/fs/ops.o $(BUILD)/fs/ops_session.o $(CORE_LIB)
 	$(call say,LINK,$@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+# epochfs-stat's modes, one file each (tools/stat_int.h).
+$(BUILD)/epochfs-stat: $(BUILD)/tools/stat_list.o $(BUILD)/tools/stat_file.o
 
 $(BUILD)/epochfs-%: $(BUILD)/tools/%.o $(TOOL_OBJ) $(CORE_LIB)
 	$(call say,LINK,$@)

@@ -537,7 +537,8 @@ void core_close(struct core *c)
 	if (!c)
 		return;
 	httpd_stop(c->httpd);       /* it renders the counters of everything below */
-	memory_stop(c->memory);     /* it reads the order, sets staging's and the cache's limits */
+	memory_stop(c->memory);     /* each tick reads the orders, the staging and the cache: before
+				     * any of them goes (a tick racing order_free() crashed a stop) */
 	c->memory = NULL;
 	prepdir_free(c->prep);      /* its groups read through the core (and peers): first */
 	prefetch_free(c->pf);       /* its fetches too, and prep's reads tell it of progress */

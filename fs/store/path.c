@@ -163,3 +163,25 @@ int path_mount_type(const char *mountinfo, const char *p, char *type, size_t len
 	fclose(f);
 	return found;
 }
+
+int path_epochfs_mounts(const char *mountinfo, path_mount_fn fn, void *arg)
+{
+	FILE *f = fopen(mountinfo, "re");
+	char *line = NULL;
+	size_t cap = 0;
+	struct mount_entry e;
+	int n = 0;
+
+	if (!f)
+		return -errno;
+	while (next_mount(f, &line, &cap, &e)) {
+		if (strcmp(e.type, "fuse.epochfs"))
+			continue;
+		unescape(e.src);
+		fn(arg, e.mnt, e.src);
+		n++;
+	}
+	free(line);
+	fclose(f);
+	return n;
+}

@@ -38,4 +38,11 @@ int path_epochfs_origin(const char *mountinfo, const char *p, char *out, size_t 
  * TYPE and returns 1; 0 when P is not a mount point; -errno. */
 int path_mount_type(const char *mountinfo, const char *p, char *type, size_t len);
 
+/* Calls FN(ARG, MNT, SRC) for every epochfs mount (type fuse.epochfs) in
+ * MOUNTINFO, in its order (a mount under another on the same point
+ * included), with the mount point and SOURCE unescaped. Returns how many,
+ * or -errno when MOUNTINFO cannot be read. */
+typedef void (*path_mount_fn)(void *arg, const char *mnt, const char *src);
+int path_epochfs_mounts(const char *mountinfo, path_mount_fn fn, void *arg);
+
 #endif

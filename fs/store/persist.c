@@ -1,9 +1,10 @@
 /* persist.c - the RAM cache's state directory on tmpfs (and the SSD
- * tier's on its disks): opening it (trust, lock, owner, arena, room),
- * removing or keeping it at a stop, and freeing the orphans no restart
- * will come for; see persist.h for the contract. The table inside it, its
- * records and the adoption of what it names are persist_table.c's
- * (persist_int.h holds what the two share).
+ * tier's on its disks): opening it (trust, lock, owner, arena, room), and
+ * removing or keeping it at a stop; see persist.h for the contract. The
+ * table inside it, its records and the adoption of what it names are
+ * persist_table.c's; the states of a whole root (listing them, freeing
+ * those no daemon holds, the sweep of orphans) are persist_states.c's
+ * (persist_int.h holds what they share).
  *
  * DESIGN
  * - Files: DIR/lock (flock, the holder's pid inside), DIR/owner (text:
@@ -12,10 +13,7 @@
  * - Every file is opened through the directory's fd, without following
  *   links, and checked (util/trust.h); one that fails is removed and made
  *   anew, never believed.
- * - The sweep takes each orphan's lock before it judges it, so a state a
- *   daemon holds (or is opening) is never freed under it.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/magic.h>
@@ -63,10 +61,9 @@ static void read_owner(int dirfd, char *mnt, size_t mlen, int *kept);
  * too: it either serves, and we give up, or fails and lets go.) */
 static int stopping(const struct persist *p, const char *what)
 {
-	char mnt[4096];
-	int kept;
-
+	char mnt[4200];
 	struct stat sb;
+	int kept;
 
 	read_owner(p->dirfd, mnt, sizeof(mnt), &kept);
 	if (!*mnt || stat(mnt, &sb) < 0 || !S_ISDIR(sb.st_mode) || epochfs_mounted(mnt))
@@ -396,76 +393,6 @@ static int epochfs_mounted(const char *mnt)
 
 	return path_mount_type("/proc/self/mountinfo", mnt, type, sizeof(type)) == 1 &&
 	       !strcmp(type, "fuse.epochfs");
-}
-
-/* Whether the orphaned state in DIRFD (its lock held by us) is to go:
- * its OWNER file's mount point is gone, or no longer an epochfs mount
- * (unmounted cleanly or by hand: no restart will come for it), unless it
- * was kept on purpose (--persist always). A dead epochfs mount (a crash, a
- * kill -9) keeps its state for the restart. */
-static int orphan_goes(int dirfd, char *mnt, size_t mlen)
-{
-	struct stat sb;
-	int kept;
-
-	read_owner(dirfd, mnt, mlen, &kept);
-	if (!*mnt)
-		return 0;
-	if (stat(mnt, &sb) < 0 && errno == ENOENT)
-		return 1;
-	if (kept)
-		return 0;
-	return !epochfs_mounted(mnt);
-}
-
-int persist_sweep(const char *root, const char *except)
-{
-	char why[300], mnt[4200];
-	int rootfd = trust_dir(root, TRUST_OWN, NULL, why, sizeof(why)), removed = 0;
-	DIR *d;
-	struct dirent *e;
-
-	if (rootfd < 0)
-		return 0;
-	d = fdopendir(rootfd);
-	if (!d) {
-		close(rootfd);
-		return 0;
-	}
-	while ((e = readdir(d))) {
-		struct stat sb;
-		int fd, lock;
-
-		if (e->d_name[0] == '.')
-			continue;
-		if (except && !strcmp(except, e->d_name))
-			continue;
-		fd = openat(rootfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		if (fstat(fd, &sb) < 0 || sb.st_uid != geteuid() || (sb.st_mode & 077)) {
-			close(fd);
-			continue;                   /* not one of ours */
-		}
-		lock = trust_openat(fd, "lock", O_RDWR, 0, why, sizeof(why));
-		if (lock < 0 || flock(lock, LOCK_EX | LOCK_NB) < 0) {
-			if (lock >= 0)
-				close(lock);
-			close(fd);
-			continue;                   /* held, or not a state */
-		}
-		if (orphan_goes(fd, mnt, sizeof(mnt))) {
-			if (remove_state(fd, rootfd, e->d_name) == 0) {
-				removed++;
-				log_info("freed the cache state %s/%s: its daemon is gone and %s is no longer an "
-					 "epochfs mount", root, e->d_name, mnt);
-			}
-		}
-		close(lock);
-		close(fd);
-	}
-	closedir(d);
-	return removed;
 }
 
 void persist_default_root(char *buf, size_t len)

@@ -44,7 +44,9 @@
  * Lifetime: a clean stop removes the state (persist_remove) unless the
  * mount keeps it on purpose (persist_mark_kept); a crash, kill -9 or the
  * OOM killer leaves it for the restart. persist_sweep() frees the
- * orphans no restart will come for.
+ * orphans no restart will come for; persist_list() shows an operator every
+ * state of a root and persist_free_states() frees those no daemon holds
+ * (epochfs-stat --states, --free-states).
  *
  * Thread safety: persist_record() and persist_cut() (the cache's hooks)
  * may be called from any thread; the rest from one thread, before the
@@ -55,6 +57,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "store/cache.h"
 #include "store/index.h"
@@ -190,5 +193,54 @@ void persist_default_dir(const char *root, const char *mountpoint, char *buf, si
  * dead epochfs mount (its daemon was killed) keeps its state. EXCEPT (a
  * name in ROOT, or NULL) is left alone. Returns how many went. */
 int persist_sweep(const char *root, const char *except);
+
+/* One entry of a state root, as persist_list() and persist_free_states()
+ * report it. Strings are valid during the callback only. */
+struct persist_state_info {
+	const char *root;           /* the root it is in */
+	const char *name;           /* its name there; "" when the root itself is reported (skipped) */
+	int skipped;                /* not a state that can be believed or freed: WHY says what it is */
+	char why[320];              /* skipped, or a free that failed: one line, no program name */
+	uid_t uid;                  /* the owner of the state (and of its root) */
+	char mountpoint[4096];      /* from DIR/owner: the mount it served; "" if unknown */
+	char source[4096];          /* ... and its SOURCE */
+	int kept;                   /* kept on purpose at a clean stop (--persist always) */
+	int locked;                 /* DIR/lock exists (a daemon made it, or is making it) */
+	int alive;                  /* a daemon holds DIR/lock now */
+	int pid;                    /* the pid DIR/lock names (the last holder), 0: none */
+	uint64_t bytes;             /* memory its files hold (allocated blocks, st_blocks * 512) */
+	uint64_t arena_bytes;       /* of which DIR/arena's */
+	uint64_t arena_size;        /* DIR/arena's length (most of it may never have been touched) */
+	int freed;                  /* persist_free_states(): removed, BYTES given back */
+};
+
+typedef void (*persist_state_fn)(void *arg, const struct persist_state_info *s);
+
+/* Reports to FN every entry of the state root ROOT, or with ROOT NULL of
+ * the default roots: this user's (PERSIST_ROOT_PREFIX-UID), and for root
+ * every user's (PERSIST_ROOT_PREFIX-N, which must be N's). Nothing is made
+ * or changed: files are opened read-only, without following links, and a
+ * state's lock is tried (flock, not blocking) and let go at once to learn
+ * whether a daemon holds it.
+ *
+ * Trust: the directories up to ROOT are checked as trust_dir() does; ROOT
+ * itself is not followed if a link, must be owned by the caller (root: by
+ * anyone, by N for PERSIST_ROOT_PREFIX-N) and not writable by group or
+ * others; each state must be a directory of the same user, 0700, and its
+ * lock and owner files private files of that user (trust_openat_of()).
+ * What fails is reported skipped, with why, and never looked into: a
+ * missing default root is not reported, any other root that cannot be
+ * used is (name ""). Returns the number of states reported (skipped
+ * entries not counted), or -errno when the roots cannot be listed at all. */
+int persist_list(const char *root, persist_state_fn fn, void *arg);
+
+/* The same walk, and each state no daemon holds is removed while its lock
+ * is held (so no daemon takes it meanwhile; the lock goes last): FN learns
+ * freed = 1 and the bytes given back, or why it could not be. A state whose
+ * lock is held, a skipped entry, and anything outside a state directory
+ * are never touched; links inside one are removed, never followed. Kept
+ * states are freed too (that is what an operator asks for after a stop).
+ * Returns the number of states freed, or -errno as persist_list(). */
+int persist_free_states(const char *root, persist_state_fn fn, void *arg);
 
 #endif

@@ -314,6 +314,26 @@ fail:
 	return e;
 }
 
+/* Whether ST (of NAME) is a private file of user UID: regular, UID's, one
+ * link, no permission for group or others. 0, or -EPERM with WHY. */
+static int private_file(const struct stat *st, const char *name, uid_t uid, const char *whose, char *why,
+			size_t wl)
+{
+	if (!S_ISREG(st->st_mode))
+		snprintf(why, wl, "%s is not a regular file", name);
+	else if (st->st_uid != uid)
+		snprintf(why, wl, "%s is owned by uid %u, not by %s (%u)", name, (unsigned)st->st_uid, whose,
+			 (unsigned)uid);
+	else if (st->st_nlink != 1)
+		snprintf(why, wl, "%s has %lu links (a hard link to another file?)", name,
+			 (unsigned long)st->st_nlink);
+	else if (st->st_mode & 077)
+		snprintf(why, wl, "%s has mode %04o, not 0600", name, (unsigned)(st->st_mode & 07777));
+	else
+		return 0;
+	return -EPERM;
+}
+
 int trust_openat(int dirfd, const char *name, int flags, mode_t mode, char *why, size_t wl)
 {
 	int trunc = flags & O_TRUNC;
@@ -335,20 +355,7 @@ int trust_openat(int dirfd, const char *name, int flags, mode_t mode, char *why,
 		snprintf(why, wl, "%s: %s", name, strerror(-e));
 		goto fail;
 	}
-	e = -EPERM;
-	if (!S_ISREG(st.st_mode))
-		snprintf(why, wl, "%s is not a regular file", name);
-	else if (st.st_uid != geteuid())
-		snprintf(why, wl, "%s is owned by uid %u, not by this daemon's user (%u)", name,
-			 (unsigned)st.st_uid, (unsigned)geteuid());
-	else if (st.st_nlink != 1)
-		snprintf(why, wl, "%s has %lu links (a hard link to another file?)", name,
-			 (unsigned long)st.st_nlink);
-	else if (st.st_mode & 077)
-		snprintf(why, wl, "%s has mode %04o, not 0600", name, (unsigned)(st.st_mode & 07777));
-	else
-		e = 0;
-	if (e < 0)
+	if ((e = private_file(&st, name, geteuid(), "this daemon's user", why, wl)) < 0)
 		goto fail;
 	if (trunc && ftruncate(fd, 0) < 0) {
 		e = -errno;
@@ -359,6 +366,37 @@ int trust_openat(int dirfd, const char *name, int flags, mode_t mode, char *why,
 fail:
 	close(fd);
 	return e;
+}
+
+int trust_openat_of(int dirfd, const char *name, uid_t uid, char *why, size_t wl)
+{
+	struct stat before, st;
+	int fd, e;
+
+	/* Looked at before it is opened: a FIFO or a device is never opened. */
+	if (fstatat(dirfd, name, &before, AT_SYMLINK_NOFOLLOW) < 0) {
+		e = -errno;
+		snprintf(why, wl, "%s: %s", name, strerror(-e));
+		return e;
+	}
+	if (S_ISLNK(before.st_mode)) {
+		snprintf(why, wl, "%s is a symlink", name);
+		return -EPERM;
+	}
+	if ((e = private_file(&before, name, uid, "the state's user", why, wl)) < 0)
+		return e;
+	fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0) {
+		e = errno == ELOOP ? -EPERM : -errno;
+		snprintf(why, wl, "%s: %s", name, e == -EPERM ? "changed into a symlink" : strerror(-e));
+		return e;
+	}
+	if (fstat(fd, &st) < 0 || st.st_dev != before.st_dev || st.st_ino != before.st_ino) {
+		snprintf(why, wl, "%s changed while it was checked", name);
+		close(fd);
+		return -EPERM;
+	}
+	return fd;
 }
 
 int trust_empty_dir(int dirfd, const char *keep)

@@ -61,6 +61,14 @@ int trust_file(const char *path, char *why, size_t whylen);
  * and no permission for group or others; else -EPERM with WHY. */
 int trust_openat(int dirfd, const char *name, int flags, mode_t mode, char *why, size_t whylen);
 
+/* Opens the existing NAME in DIRFD, a private directory of user UID (a
+ * state another user's daemon made, looked at by root), read-only and
+ * without following links, FIFOs or devices: it must be a regular file of
+ * UID with one link and no permission for group or others, checked before
+ * the open and again after it. Nothing is made or changed. The fd, or
+ * -EPERM with WHY (not such a file), or -errno (-ENOENT: there is none). */
+int trust_openat_of(int dirfd, const char *name, uid_t uid, char *why, size_t whylen);
+
 /* Removes every entry of the directory DIRFD but KEEP (a name, or NULL):
  * files and symlinks (removed, never followed), and empty directories; a
  * directory with something in it stays. 0 or -errno (the first failure). */

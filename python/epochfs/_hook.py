@@ -51,7 +51,7 @@ orders, is reported once on stderr and the job runs as before. One stream
 per DataLoader, per process (so per DDP rank), replaced at every epoch,
 removed with its DataLoader. Once a second, a loader with a stream also
 reports how long its iterators waited in __next__ ("#wait" lines after the
-order; epochfs-stat's wait column).
+order; epochfs-stat's jobwait% column).
 """
 import bisect
 import copy

@@ -83,7 +83,7 @@ def publish_order(mount, stream, paths, keep=False):
 def report_wait(fd, wait_s, run_s):
     """Tells the stream open on FD that its job waited WAIT_S seconds for
     data in RUN_S seconds of running (both since the stream began): the
-    daemon sums them into job_wait_us / job_run_us, epochfs-stat's wait
+    daemon sums them into job_wait_us / job_run_us, epochfs-stat's jobwait%
     column. Written after the order, so it never starts a new one."""
     _write_all(fd, ("#wait %.3f %.3f\n" % (wait_s, max(run_s, wait_s))).encode())
 

@@ -43,7 +43,7 @@ read -r made regen freed imgs bad peak <<< "$(stat_of "$m" prep_batches_produced
 [ "$made/$regen/$freed/$imgs/$bad" = "20/0/20/300/0" ] || fail "made/regen/freed/images/bad: $made/$regen/$freed/$imgs/$bad"
 [ "$peak" -le $((3 * one)) ] || fail "held $peak bytes of batches, --prep-mem $((3 * one))"
 ok "3 consumers, identical bytes; 20 batches made once and freed; peak $peak <= $((3 * one)) bytes"
-"$ROOT/$BUILD/epochfs-stat" "$m" --count 1 | head -1 | grep -q "prep im/s.*cores" || fail "epochfs-stat: no prep columns"
+"$ROOT/$BUILD/epochfs-stat" "$m" --count 1 | grep "read MB/s" | grep -q "prep im/s.*cores" || fail "epochfs-stat: no prep columns"
 "$ROOT/$BUILD/epochfs-stat" "$m" --json --count 1 > "$T/stat" || fail "epochfs-stat"
 python3 - "$T/stat" <<'PY' || fail "epochfs-stat: $(cat "$T/stat")"
 import json, sys

@@ -60,3 +60,34 @@ Test(path, epochfs_origin_maps_through_the_mount)
 	cr_expect_eq(path_epochfs_origin(file, "/mnt/database", out, sizeof(out)), 0, "a prefix is not a parent");
 	unlink(file);
 }
+
+struct mounts_seen {
+	int n;
+	char mnt[8][64], src[8][64];
+};
+
+static void one_mount(void *arg, const char *mnt, const char *src)
+{
+	struct mounts_seen *m = arg;
+
+	cr_assert_lt(m->n, 8);
+	snprintf(m->mnt[m->n], sizeof(m->mnt[0]), "%s", mnt);
+	snprintf(m->src[m->n++], sizeof(m->src[0]), "%s", src);
+}
+
+Test(path, epochfs_mounts_are_listed_unescaped)
+{
+	struct mounts_seen m = { 0 };
+
+	write_mountinfo();
+	cr_expect_eq(path_epochfs_mounts(file, one_mount, &m), 3);
+	cr_assert_eq(m.n, 3);
+	cr_expect_str_eq(m.mnt[0], "/mnt/data");
+	cr_expect_str_eq(m.src[0], "/srv/imagenet");
+	cr_expect_str_eq(m.mnt[1], "/mnt/two words");
+	cr_expect_str_eq(m.src[1], "/srv/a b");
+	cr_expect_str_eq(m.mnt[2], "/mnt/stack");
+	cr_expect_str_eq(m.src[2], "/srv/x");
+	cr_expect_eq(path_epochfs_mounts("/nonexistent/mountinfo", one_mount, &m), -ENOENT);
+	unlink(file);
+}

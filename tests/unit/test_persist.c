@@ -460,6 +460,210 @@ Test(persist, sweep_frees_orphans_no_restart_will_come_for)
 	cr_expect_eq(system(cmd), 0);
 }
 
+/* What persist_list() and persist_free_states() reported, by name. */
+struct seen {
+	int n;
+	char name[16][64];
+	struct persist_state_info s[16];
+};
+
+static void collect(void *arg, const struct persist_state_info *s)
+{
+	struct seen *w = arg;
+
+	cr_assert_lt(w->n, 16);
+	snprintf(w->name[w->n], sizeof(w->name[0]), "%s", s->name);
+	w->s[w->n++] = *s;
+}
+
+static const struct persist_state_info *seen_of(const struct seen *w, const char *name)
+{
+	for (int i = 0; i < w->n; i++)
+		if (!strcmp(w->name[i], name))
+			return &w->s[i];
+	return NULL;
+}
+
+/* A state whose arena holds KB kilobytes of written pages. */
+static void fake_state_with(const char *root, const char *name, const char *owner, int kb)
+{
+	char cmd[1200];
+
+	fake_state(root, name, owner);
+	snprintf(cmd, sizeof(cmd), "head -c %dK /dev/urandom > '%s/%s/arena' && truncate -s 1M '%s/%s/arena'", kb,
+		 root, name, root, name);
+	cr_assert_eq(system(cmd), 0);
+}
+
+Test(persist, list_says_what_each_state_is_and_changes_nothing)
+{
+	char root[300], victim[300], cmd[2400], lk[400];
+	struct seen w = { 0 };
+	struct stat st;
+
+	snprintf(root, sizeof(root), "%s.list", state);
+	snprintf(victim, sizeof(victim), "%s.victim", state);
+	fake_state_with(root, "dead", "mountpoint=/mnt/a\nsource=/data/a\n", 256);
+	fake_state_with(root, "kept", "mountpoint=/mnt/b\nsource=/data/b\nkept=1\n", 64);
+	fake_state(root, "held", "mountpoint=/mnt/c\nsource=/data/c\n");
+	snprintf(lk, sizeof(lk), "%s/held/lock", root);
+	int held = open(lk, O_RDWR);
+	cr_assert_geq(held, 0);
+	cr_assert_eq(flock(held, LOCK_EX), 0);
+	cr_assert_eq(pwrite(held, "4242\n", 5, 0), 5);
+	/* Not states: a link to another user's (or root's) state, a file, a
+	 * directory others could write, a state whose lock is a link. */
+	fake_state(victim, "v", "mountpoint=/mnt/v\nsource=/data/v\n");
+	snprintf(cmd, sizeof(cmd), "ln -s '%s/v' '%s/link' && echo x > '%s/file' && mkdir -m 777 '%s/loose' && "
+		 "mkdir -m 700 '%s/badlock' && ln -s '%s/v/lock' '%s/badlock/lock'", victim, root, root, root, root,
+		 victim, root);
+	cr_assert_eq(system(cmd), 0);
+	cr_assert_eq(chmod(root, 0700), 0);     /* (mkdir -m 777 left it alone; be sure) */
+
+	cr_expect_eq(persist_list(root, collect, &w), 3);
+	cr_expect_eq(w.n, 7);
+	const struct persist_state_info *d = seen_of(&w, "dead"), *k = seen_of(&w, "kept"), *h = seen_of(&w, "held");
+	cr_assert(d && k && h);
+	cr_expect(!d->skipped && !d->alive && d->locked && !d->kept && !d->freed);
+	cr_expect_str_eq(d->mountpoint, "/mnt/a");
+	cr_expect_str_eq(d->source, "/data/a");
+	cr_expect_str_eq(d->root, root);
+	cr_expect_geq(d->arena_bytes, 256 << 10, "%llu", (unsigned long long)d->arena_bytes);
+	cr_expect_lt(d->arena_bytes, 512 << 10, "blocks, not the 1 MiB length: %llu",
+		     (unsigned long long)d->arena_bytes);
+	cr_expect_eq(d->arena_size, 1 << 20);
+	cr_expect_geq(d->bytes, d->arena_bytes);
+	cr_expect(k->kept && !k->alive);
+	cr_expect(h->alive && h->pid == 4242, "alive %d pid %d", h->alive, h->pid);
+	for (const char *const *n = (const char *const[]){ "link", "file", "loose", "badlock", NULL }; *n; n++) {
+		const struct persist_state_info *x = seen_of(&w, *n);
+		cr_expect(x && x->skipped && x->why[0], "%s", *n);
+	}
+	cr_expect(strstr(seen_of(&w, "link")->why, "symlink"), "%s", seen_of(&w, "link")->why);
+	cr_expect(strstr(seen_of(&w, "loose")->why, "not trusted"), "%s", seen_of(&w, "loose")->why);
+	/* The lock was let go at once: a daemon could take "dead" now. */
+	snprintf(lk, sizeof(lk), "%s/dead/lock", root);
+	int fd = open(lk, O_RDWR);
+	cr_assert_geq(fd, 0);
+	cr_expect_eq(flock(fd, LOCK_EX | LOCK_NB), 0, "the listing kept a lock");
+	close(fd);
+	/* Nothing was made: a state without a lock file stays without one. */
+	snprintf(cmd, sizeof(cmd), "rm '%s/kept/lock'", root);
+	cr_assert_eq(system(cmd), 0);
+	w.n = 0;
+	cr_expect_eq(persist_list(root, collect, &w), 3);
+	cr_expect(!seen_of(&w, "kept")->locked);
+	snprintf(lk, sizeof(lk), "%s/kept/lock", root);
+	cr_expect_neq(stat(lk, &st), 0, "the listing made a lock file");
+	close(held);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", root, victim);
+	cr_expect_eq(system(cmd), 0);
+}
+
+Test(persist, free_states_frees_what_no_daemon_holds_and_follows_no_link)
+{
+	char root[300], victim[300], cmd[2400], lk[400];
+	struct seen w = { 0 };
+	struct stat st;
+
+	snprintf(root, sizeof(root), "%s.free", state);
+	snprintf(victim, sizeof(victim), "%s.victim", state);
+	fake_state_with(root, "dead", "mountpoint=/mnt/a\nsource=/data/a\n", 256);
+	fake_state_with(root, "kept", "mountpoint=/mnt/b\nsource=/data/b\nkept=1\n", 64);
+	fake_state(root, "held", "mountpoint=/mnt/c\nsource=/data/c\n");
+	snprintf(lk, sizeof(lk), "%s/held/lock", root);
+	int held = open(lk, O_RDWR);
+	cr_assert_geq(held, 0);
+	cr_assert_eq(flock(held, LOCK_EX), 0);
+	/* A link to a dead state elsewhere, and links inside a dead state. */
+	fake_state(victim, "v", "mountpoint=/mnt/v\nsource=/data/v\n");
+	th_write(victim, "precious", "keep me");
+	snprintf(cmd, sizeof(cmd), "ln -s '%s/v' '%s/link' && ln -s '%s/precious' '%s/dead/table' && "
+		 "ln -s '%s' '%s/dead/dir'", victim, root, victim, root, victim, root);
+	cr_assert_eq(system(cmd), 0);
+
+	cr_expect_eq(persist_free_states(root, collect, &w), 2);
+	const struct persist_state_info *d = seen_of(&w, "dead"), *k = seen_of(&w, "kept"), *h = seen_of(&w, "held");
+	cr_assert(d && k && h);
+	cr_expect(d->freed && d->bytes >= 256 << 10);
+	cr_expect(k->freed);
+	cr_expect(!h->freed && h->alive);
+	cr_expect(seen_of(&w, "link")->skipped && !seen_of(&w, "link")->freed);
+	cr_expect(!exists(root, "dead") && !exists(root, "kept"));
+	cr_expect(exists(root, "held"), "a state a daemon holds was freed");
+	snprintf(lk, sizeof(lk), "%s/held/arena", root);
+	cr_expect_eq(stat(lk, &st), 0, "a held state was emptied");
+	snprintf(lk, sizeof(lk), "%s/link", root);
+	cr_expect_eq(lstat(lk, &st), 0, "the planted link was removed");
+	cr_expect(exists(victim, "v/arena") && exists(victim, "v/lock") && exists(victim, "precious"),
+		  "freeing followed a link");
+	close(held);
+	/* Once its daemon is gone, it goes too. */
+	w.n = 0;
+	cr_expect_eq(persist_free_states(root, collect, &w), 1);
+	cr_expect(!exists(root, "held"));
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", root, victim);
+	cr_expect_eq(system(cmd), 0);
+}
+
+Test(persist, an_untrusted_root_is_said_and_left_alone)
+{
+	char root[300], link[320], cmd[1400];
+	struct seen w = { 0 };
+
+	snprintf(root, sizeof(root), "%s.loose", state);
+	fake_state(root, "dead", "mountpoint=/mnt/a\nsource=/data/a\n");
+	cr_assert_eq(chmod(root, 0777), 0);
+	cr_expect_eq(persist_free_states(root, collect, &w), 0);
+	cr_expect_eq(w.n, 1);
+	cr_expect(w.s[0].skipped && !strcmp(w.name[0], ""), "%s", w.name[0]);
+	cr_expect(strstr(w.s[0].why, "writable by group or others"), "%s", w.s[0].why);
+	cr_expect(exists(root, "dead"));
+	/* A root that is a link is not followed. */
+	cr_assert_eq(chmod(root, 0700), 0);
+	snprintf(link, sizeof(link), "%s.link", state);
+	cr_assert_eq(symlink(root, link), 0);
+	w.n = 0;
+	cr_expect_eq(persist_free_states(link, collect, &w), 0);
+	cr_expect(w.n == 1 && strstr(w.s[0].why, "symlink"), "%s", w.n ? w.s[0].why : "");
+	cr_expect(exists(root, "dead"));
+	/* A missing root given by name is said too. */
+	w.n = 0;
+	cr_expect_eq(persist_list("/nonexistent/epochfs-states", collect, &w), 0);
+	cr_expect(w.n == 1 && w.s[0].skipped);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", root, link);
+	cr_expect_eq(system(cmd), 0);
+}
+
+/* Root looks at other users' roots: PREFIX-N is believed when N owns it. */
+Test(persist, root_lists_a_users_root_only_when_that_user_owns_it)
+{
+	char dir[300], good[400], bad[400], cmd[1600];
+	struct seen w = { 0 };
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to make directories of another user");
+	snprintf(dir, sizeof(dir), "%s.users", state);
+	snprintf(good, sizeof(good), "%s/epochfs-65534", dir);
+	snprintf(bad, sizeof(bad), "%s/epochfs-4242", dir);
+	fake_state(good, "s", "mountpoint=/mnt/u\nsource=/data/u\n");
+	fake_state(bad, "s", "mountpoint=/mnt/x\nsource=/data/x\n");
+	snprintf(cmd, sizeof(cmd), "chmod 755 '%s' && chown -R 65534 '%s' '%s'", dir, good, bad);
+	cr_assert_eq(system(cmd), 0);
+	cr_expect_eq(persist_list(good, collect, &w), 1);
+	cr_expect(w.n == 1 && !w.s[0].skipped && w.s[0].uid == 65534, "%s", w.n ? w.s[0].why : "");
+	cr_expect_str_eq(w.s[0].mountpoint, "/mnt/u");
+	w.n = 0;
+	cr_expect_eq(persist_free_states(bad, collect, &w), 0);
+	cr_expect(w.n == 1 && strstr(w.s[0].why, "owned by uid 65534, not by 4242"), "%s", w.n ? w.s[0].why : "");
+	cr_expect(exists(bad, "s"));
+	w.n = 0;
+	cr_expect_eq(persist_free_states(good, collect, &w), 1);
+	cr_expect(!exists(good, "s"));
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	cr_expect_eq(system(cmd), 0);
+}
+
 Test(persist, kept_items_move_down_over_dropped_ones)
 {
 	struct daemon a;
