@@ -330,6 +330,25 @@ static void order_wake(void *arg)
 	prefetch_wake(((struct core *)arg)->pf);
 }
 
+/* While a job sends its order, the cache leaves staging its share of the
+ * budget, from the first stream on (a prefetcher that filled the cache
+ * before the memory thread's next sample left staging on top of it). */
+static void order_streams(void *arg, unsigned n)
+{
+	struct core *c = arg;
+
+	if (!c->cache)
+		return;
+	uint64_t cap = core_cache_capacity(c), share = memory_staging_share(cap, c->cache_need, c->opts.prefetch_mem);
+	cache_set_reserve(c->cache, n ? share : 0);
+	if (n && share && c->staging) {
+		struct cache_stats cs;
+		cache_get_stats(c->cache, &cs);
+		uint64_t left = cs.used < cap ? cap - cs.used : 0;
+		staging_lower_limit(c->staging, share < left ? share : left);
+	}
+}
+
 static void staging_room_cb(void *arg)
 {
 	prefetch_wake(((struct core *)arg)->pf);
@@ -340,7 +359,7 @@ static void staging_room_cb(void *arg)
 static int order_setup(struct core *c, const struct core_opts *o)
 {
 	struct order_opts oo = { .expire_s = o->order_expire, .resolve = order_resolve, .reset = order_reset,
-				 .wake = order_wake, .arg = c };
+				 .wake = order_wake, .streams = order_streams, .arg = c };
 	struct prefetch_opts po = { .window = o->prefetch_window };
 	int err;
 

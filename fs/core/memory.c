@@ -50,6 +50,13 @@ void memory_policy_init(struct memory_policy *p, enum page_cache_mode mode)
 	p->drop_copies = mode == PAGE_CACHE_DROP;
 }
 
+uint64_t memory_staging_share(uint64_t capacity, uint64_t need, uint64_t prefetch_mem)
+{
+	if (!capacity || capacity >= need)
+		return 0;
+	return prefetch_mem < capacity / 4 ? prefetch_mem : capacity / 4;
+}
+
 void memory_step(struct memory_policy *p, const struct memory_in *in, struct memory_out *out)
 {
 	uint64_t room = mem_room(&in->mem), reserve = memory_reserve(in->mem.limit);
@@ -175,18 +182,30 @@ void memory_step(struct memory_policy *p, const struct memory_in *in, struct mem
 				   in->cache_used + grow : in->cache_capacity;
 	}
 	/* Staging, the cheapest memory to give up (its items are fetched again
-	 * if wanted), goes first: none under pressure. Calm, it is carved out
-	 * of the cache's budget while a job sends its order and the cache
-	 * cannot hold the dataset anyway, so cache and staging together stay
-	 * within --cache-size: on top of it, part 7's epochfs-run was OOM-killed
-	 * with 88 MiB beside the pipeline and a D/2 cache. */
+	 * if wanted), goes first: none under pressure. Calm, it gets its share
+	 * of the cache's budget (memory_staging_share), which the cache leaves
+	 * free while a job sends its order (the core sets the cache's reserve
+	 * as streams come and go), so cache and staging together stay within
+	 * --cache-size: on top of it, part 7's epochfs-run was OOM-killed with
+	 * 88 MiB beside the pipeline and a D/2 cache. Less when the cache took
+	 * more before an order came. A cache that can hold the dataset leaves
+	 * staging what it does not hold; no cache at all, --prefetch-mem. */
 	if (st == MEMORY_CALM) {
-		out->staging_limit = in->staging_max;
-		uint64_t carve = 0;
-		if (in->orders && in->cache_capacity && in->cache_capacity < in->cache_need)
-			carve = in->staging_max < in->cache_capacity / 4 ? in->staging_max : in->cache_capacity / 4;
-		if (carve && out->admit_limit > in->cache_capacity - carve)
-			out->admit_limit = in->cache_capacity - carve;
+		uint64_t carve = memory_staging_share(in->cache_capacity, in->cache_need, in->staging_max);
+		if (!in->cache_capacity) {
+			out->staging_limit = in->staging_max;
+		} else if (in->cache_capacity < in->cache_need) {
+			uint64_t left = in->cache_used < in->cache_capacity ? in->cache_capacity - in->cache_used : 0;
+			/* A cache filled before any order came (it never
+			 * evicts) leaves staging what it did not take. */
+			out->staging_limit = carve < left ? carve : left;
+		} else {
+			/* The cache may take the whole dataset: staging gets
+			 * what the cache does not hold (with peers or a tier, the
+			 * cache keeps only part of it, and staging the rest). */
+			uint64_t left = in->cache_used < in->cache_capacity ? in->cache_capacity - in->cache_used : 0;
+			out->staging_limit = in->staging_max < left ? in->staging_max : left;
+		}
 	}
 	out->changed = st != p->state || drop != p->drop_copies;
 	p->state = out->state = st;

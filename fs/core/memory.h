@@ -100,6 +100,12 @@ struct memory_policy {
 
 void memory_policy_init(struct memory_policy *p, enum page_cache_mode mode);
 void memory_step(struct memory_policy *p, const struct memory_in *in, struct memory_out *out);
+/* Staging's share of a cache of CAPACITY bytes that cannot hold the
+ * dataset (it would take NEED): min(PREFETCH_MEM, CAPACITY / 4); 0 when
+ * the cache holds the dataset or there is none. While a job sends its
+ * order the cache leaves it free (cache_set_reserve) and staging holds at
+ * most that, so the two together never pass --cache-size. */
+uint64_t memory_staging_share(uint64_t capacity, uint64_t need, uint64_t prefetch_mem);
 /* The room the policy keeps free: max(32 MiB, limit / 32). */
 uint64_t memory_reserve(uint64_t limit);
 

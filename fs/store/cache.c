@@ -86,6 +86,7 @@ struct cache {
 	uint64_t ready;                 /* atomic */
 	uint64_t prefaulted;            /* atomic; arena bytes made resident by cache_prefault */
 	uint64_t limit;                 /* atomic: admissions stop here (<= capacity) */
+	uint64_t reserve;               /* atomic: ... or this far short of the capacity */
 	uint64_t given_back, given_back_items;  /* atomic counters */
 	pthread_mutex_t give_lock;      /* one giver at a time */
 	struct rd_stripe rd[RD_STRIPES];
@@ -263,6 +264,16 @@ static void arena_release(struct cache *c, uint64_t from, uint64_t to)
 	pthread_mutex_unlock(&c->reserve_lock);
 }
 
+/* Where admissions stop: the limit, and never within the reserve. */
+static uint64_t admit_end(struct cache *c)
+{
+	uint64_t limit = __atomic_load_n(&c->limit, __ATOMIC_SEQ_CST);
+	uint64_t r = __atomic_load_n(&c->reserve, __ATOMIC_SEQ_CST);
+	uint64_t top = c->o.capacity > r ? c->o.capacity - r : 0;
+
+	return limit < top ? limit : top;
+}
+
 /* Reserves LEN bytes of arena, or NULL when the budget cannot hold them. */
 static char *arena_alloc(struct cache *c, size_t len)
 {
@@ -270,7 +281,7 @@ static char *arena_alloc(struct cache *c, size_t len)
 	uint64_t u = __atomic_load_n(&c->used, __ATOMIC_RELAXED);
 
 	do {
-		uint64_t limit = __atomic_load_n(&c->limit, __ATOMIC_SEQ_CST);
+		uint64_t limit = admit_end(c);
 		/* The last item may use the budget's unaligned tail. */
 		if (u + len > limit)
 			return NULL;
@@ -345,7 +356,7 @@ static int admit(struct cache *c, struct citem **slot, struct citem *old, uint64
 {
 	struct citem *it;
 
-	if (__atomic_load_n(&c->used, __ATOMIC_RELAXED) + len > __atomic_load_n(&c->limit, __ATOMIC_RELAXED)) {
+	if (__atomic_load_n(&c->used, __ATOMIC_RELAXED) + len > admit_end(c)) {
 		INC(c->st.full);
 		return CACHE_MISS;
 	}
@@ -629,6 +640,11 @@ int cache_debug_corrupt(struct cache *c, uint32_t id, uint32_t chunk, size_t off
 		}
 	}
 	return -ENOENT;
+}
+
+void cache_set_reserve(struct cache *c, uint64_t bytes)
+{
+	__atomic_store_n(&c->reserve, bytes, __ATOMIC_SEQ_CST);
 }
 
 void cache_set_limit(struct cache *c, uint64_t limit)

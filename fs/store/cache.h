@@ -168,6 +168,10 @@ void cache_get_stats(struct cache *c, struct cache_stats *s);
  * Calls from one thread (the pressure watcher) at a time. */
 void cache_set_limit(struct cache *c, uint64_t limit);
 uint64_t cache_give_back(struct cache *c, uint64_t bytes);
+/* Admissions also stop BYTES short of the capacity (0: none), whatever the
+ * limit: room kept for another user of the same budget (the prefetcher's
+ * staging, while a job sends its order). What is cached stays. Any thread. */
+void cache_set_reserve(struct cache *c, uint64_t bytes);
 
 /* Chunk maths: how many items a file of SIZE bytes makes, and the length of
  * item I (0 for I past the end). A file of 0 bytes makes no item.

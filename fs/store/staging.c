@@ -159,11 +159,15 @@ uint64_t staging_room(struct staging *s)
 	return r;
 }
 
-uint64_t staging_set_limit(struct staging *s, uint64_t limit)
+static uint64_t set_limit(struct staging *s, uint64_t limit, int lower_only)
 {
 	uint64_t freed = 0;
 
 	pthread_mutex_lock(&s->lock);
+	if (lower_only && limit >= s->limit) {
+		pthread_mutex_unlock(&s->lock);
+		return 0;
+	}
 	s->limit = limit;
 	for (struct entry *e = s->newest, *older; e && s->bytes > limit; e = older) {
 		older = e->older;
@@ -175,6 +179,16 @@ uint64_t staging_set_limit(struct staging *s, uint64_t limit)
 	}
 	pthread_mutex_unlock(&s->lock);
 	return freed;
+}
+
+uint64_t staging_set_limit(struct staging *s, uint64_t limit)
+{
+	return set_limit(s, limit, 0);
+}
+
+uint64_t staging_lower_limit(struct staging *s, uint64_t limit)
+{
+	return set_limit(s, limit, 1);
 }
 
 void staging_reserve(struct staging *s, uint64_t bytes)

@@ -65,6 +65,9 @@ void staging_free(struct staging *s);
 uint64_t staging_room(struct staging *s);
 /* Changes the limit; entries over it go (see above). Returns bytes freed. */
 uint64_t staging_set_limit(struct staging *s, uint64_t limit);
+/* The same, only if LIMIT is under the limit now (another thread may set a
+ * higher one later). Calls nothing back: fine under a caller's lock. */
+uint64_t staging_lower_limit(struct staging *s, uint64_t limit);
 void staging_reserve(struct staging *s, uint64_t bytes);
 void staging_unreserve(struct staging *s, uint64_t bytes);
 

@@ -375,6 +375,31 @@ Test(cache, a_lowered_limit_stops_admission_and_keeps_what_is_cached)
 	cache_free(c);
 }
 
+Test(cache, a_reserve_keeps_room_under_the_capacity_whatever_the_limit)
+{
+	struct cache *c = mk(1 << 20, 0);
+	struct cache_ref ref;
+	uint32_t id = 1;
+
+	/* Room for a prefetcher's staging: admissions stop 700000 bytes short
+	 * of the 1 MiB budget, under a limit at the capacity. */
+	cache_set_reserve(c, 700000);
+	while (load(c, id, &V1, 100000) == CACHE_LOAD)
+		id++;
+	cr_expect_eq(id - 1, 3, "%u items of 100000 bytes admitted under a 348576-byte room", id - 1);
+	for (uint32_t i = 1; i < id; i++) {
+		cr_expect_eq(cache_get(c, i, 0, &V1, 100000, NULL, &ref), CACHE_HIT, "reserve dropped item %u", i);
+		cache_put(c, &ref);
+	}
+	/* The job's order ended: the cache takes the rest of its budget. */
+	cache_set_reserve(c, 0);
+	cr_expect_eq(load(c, id, &V1, 100000), CACHE_LOAD);
+	/* A reserve over the capacity stops every admission. */
+	cache_set_reserve(c, 2 << 20);
+	cr_expect_eq(load(c, id + 1, &V1, 10), CACHE_MISS);
+	cache_free(c);
+}
+
 Test(cache, give_back_drops_the_newest_items_whole_and_frees_their_pages)
 {
 	struct cache *c = mk(4 << 20, 0);

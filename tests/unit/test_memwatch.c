@@ -382,8 +382,9 @@ Test(pressure, for_room_alone_the_cache_gives_at_most_half)
 }
 
 /* Staging is the first to go: none while the cache is paused or giving
- * back; --prefetch-mem when calm, carved out of the cache's budget while a
- * job sends its order and the cache cannot hold the dataset. */
+ * back; calm, carved out of the cache's budget (a quarter at most) while
+ * the cache cannot hold the dataset, so the two together never pass
+ * --cache-size. */
 Test(pressure, staging_goes_first_and_is_carved_out_of_the_cache)
 {
 	struct memory_policy p;
@@ -399,23 +400,50 @@ Test(pressure, staging_goes_first_and_is_carved_out_of_the_cache)
 	memory_step(&p, &in, &o);
 	cr_expect_eq(o.state, MEMORY_CALM);
 	cr_expect_eq(o.staging_limit, 64 * MIB);
-	cr_expect_eq(o.admit_limit, 256 * MIB, "no order: the cache keeps its whole budget");
+	cr_expect_eq(o.admit_limit, 256 * MIB, "the policy's limit is the capacity; the reserve is the cache's");
 	in.orders = 1;
 	in.t = 1;
 	memory_step(&p, &in, &o);
 	cr_expect_eq(o.staging_limit, 64 * MIB);
-	cr_expect_eq(o.admit_limit, 192 * MIB, "cache + staging exceed --cache-size");
-	/* A cache that holds the whole dataset stages nothing: no carve. */
+	/* A cache that can hold the whole dataset: no carve, and staging what
+	 * the cache does not hold. */
 	in.cache_need = 200 * MIB;
 	in.t = 2;
 	memory_step(&p, &in, &o);
 	cr_expect_eq(o.admit_limit, 256 * MIB);
-	/* At most a quarter of the cache is carved. */
+	cr_expect_eq(o.staging_limit, 64 * MIB);
+	in.cache_used = 220 * MIB;
+	in.t = 2.5;
+	memory_step(&p, &in, &o);
+	cr_expect_eq(o.staging_limit, 36 * MIB);
+	in.cache_used = 100 * MIB;
+	/* At most a quarter of the cache is carved, and staging gets only
+	 * that: cache + staging stay within --cache-size. */
 	in.cache_need = 520 * MIB;
 	in.staging_max = 200 * MIB;
 	in.t = 3;
 	memory_step(&p, &in, &o);
-	cr_expect_eq(o.admit_limit, 192 * MIB);
+	cr_expect_eq(o.staging_limit, 64 * MIB);
+	/* A cache that filled before the order came (it never evicts):
+	 * staging gets what is left, here nothing. */
+	in.cache_used = 256 * MIB;
+	in.t = 3.5;
+	memory_step(&p, &in, &o);
+	cr_expect_eq(o.staging_limit, 0);
+	in.cache_used = 240 * MIB;
+	in.t = 3.6;
+	memory_step(&p, &in, &o);
+	cr_expect_eq(o.staging_limit, 16 * MIB);
+	/* No cache: --prefetch-mem is the budget. */
+	in.cache_capacity = 0;
+	in.cache_used = 0;
+	in.t = 3.7;
+	memory_step(&p, &in, &o);
+	cr_expect_eq(o.staging_limit, 200 * MIB);
+	cr_expect_eq(memory_staging_share(256 * MIB, 520 * MIB, 64 * MIB), 64 * MIB);
+	cr_expect_eq(memory_staging_share(256 * MIB, 520 * MIB, 200 * MIB), 64 * MIB);
+	cr_expect_eq(memory_staging_share(256 * MIB, 200 * MIB, 64 * MIB), 0);
+	cr_expect_eq(memory_staging_share(0, 200 * MIB, 64 * MIB), 0);
 	/* Pressure: staging goes, before the cache does. */
 	in = at(4, GIB, reserve - MIB, 0);
 	in.staging_max = 64 * MIB;

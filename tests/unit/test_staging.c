@@ -177,6 +177,21 @@ Test(staging, groups_and_sweeps_drop_theirs_pins_wait)
 	cr_expect_eq(s.bytes, 0);
 }
 
+Test(staging, lower_limit_only_ever_lowers)
+{
+	struct staging_stats s;
+
+	for (uint32_t id = 1; id <= 3; id++)
+		stage(id, 100, 1, id);
+	cr_expect_eq(staging_lower_limit(st, 1 << 30), 0, "a higher limit freed something");
+	staging_get_stats(st, &s);
+	cr_expect_neq(s.limit, 1 << 30, "lower_limit raised the limit");
+	cr_expect_eq(staging_lower_limit(st, 150), 200);
+	staging_get_stats(st, &s);
+	cr_expect_eq(s.limit, 150);
+	cr_expect_eq(s.bytes, 100);
+}
+
 Test(staging, a_lower_limit_drops_the_newest_unheld)
 {
 	const void *data;

@@ -150,6 +150,18 @@ static void stream_reset(struct order *o, struct stream *s)
 	s->active = clock_now_coarse();
 }
 
+/* Tells the owner how many streams there are now. Lock held. */
+static void streams_changed(struct order *o)
+{
+	unsigned n = 0;
+
+	if (!o->o.streams)
+		return;
+	for (unsigned i = 0; i < ORDER_MAX_STREAMS; i++)
+		n += o->streams[i].used != 0;
+	o->o.streams(o->o.arg, n);
+}
+
 static void stream_end(struct order *o, struct stream *s)
 {
 	stream_reset(o, s);
@@ -157,6 +169,7 @@ static void stream_end(struct order *o, struct stream *s)
 	s->epoch = 0;
 	s->wait_s = s->run_s = 0;
 	s->gen++;
+	streams_changed(o);
 }
 
 /* A job's report "#wait WAIT RUN" (seconds its loader waited for data,
@@ -392,6 +405,7 @@ int order_create(struct order *o, uint64_t parent, const char *name, uint32_t ui
 			s->added = 0;
 			s->uid = uid;
 			s->gid = gid;
+			streams_changed(o);
 		}
 	if (!s) {
 		ret = -ENOSPC;

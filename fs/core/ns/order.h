@@ -66,6 +66,10 @@ struct order_opts {
 	void (*reset)(void *arg, uint32_t group);
 	/* A head moved or an order grew: the prefetcher may have work. */
 	void (*wake)(void *arg);
+	/* The number of streams changed to N (one was made or ended): before
+	 * any order is taken into a new stream. Under the order lock, like
+	 * RESET (leaf locks only). May be NULL. */
+	void (*streams)(void *arg, unsigned n);
 	void *arg;
 };
 
