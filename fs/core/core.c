@@ -501,6 +501,10 @@ int core_start(struct core *c)
 		return err;
 	}
 	storage_set_drop_source_cache(c->st, !c->opts.keep_source_cache);
+	/* The state's lock names the process that serves: the adapter may have
+	 * forked into the background since persist_open(). */
+	if (c->persist)
+		persist_note_pid(c->persist);
 	/* Storage is the last source: the tier and the peers pass to it. */
 	struct source s = { .name = "storage", .ctx = c->st, .read = storage_source_read, .unchecked = 1 };
 	if ((err = core_add_source(c, &s)) < 0)

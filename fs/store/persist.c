@@ -111,6 +111,18 @@ static int own_file(struct persist *p, const char *name, int flags, char *err, s
 	return fd;
 }
 
+void persist_note_pid(struct persist *p)
+{
+	char buf[32];
+	int n = snprintf(buf, sizeof(buf), "%d\n", (int)getpid());
+
+	if (!p || p->lockfd < 0)
+		return;
+	if (ftruncate(p->lockfd, 0) < 0 || pwrite(p->lockfd, buf, (size_t)n, 0) < 0) {
+		/* the pid is for people only */
+	}
+}
+
 int persist_open(const struct persist_opts *o, struct persist **out, char *err, size_t errlen)
 {
 	struct persist *p = calloc(1, sizeof(*p));
@@ -194,13 +206,7 @@ again:
 		snprintf(err, errlen, "%s %s keeps being removed under us", what, p->dir);
 		goto fail;
 	}
-	{
-		char buf[32];
-		int n = snprintf(buf, sizeof(buf), "%d\n", (int)getpid());
-		if (ftruncate(p->lockfd, 0) < 0 || pwrite(p->lockfd, buf, (size_t)n, 0) < 0) {
-			/* the pid is for people only */
-		}
-	}
+	persist_note_pid(p);
 	{
 		FILE *f;
 		int fd = own_file(p, "owner", O_WRONLY | O_CREAT | O_TRUNC, err, errlen, what);

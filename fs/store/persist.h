@@ -132,6 +132,12 @@ int persist_open(const struct persist_opts *o, struct persist **out, char *err, 
  * quarter of it, and at least half of it up to 1 GiB. */
 uint64_t persist_headroom(uint64_t fs_size);
 
+/* Writes this process's pid into the state's lock file, for people and
+ * `epochfs-stat --states` (the lock itself is the flock): persist_open()
+ * does, and a daemon that forked into the background after it does again,
+ * or the file names its parent, long gone. */
+void persist_note_pid(struct persist *p);
+
 /* The arena file, for cache_opts.arena_fd; valid until persist_close(). */
 int persist_arena_fd(const struct persist *p);
 /* The arena opened again with FLAGS (O_DIRECT, ...), by its name in DIR

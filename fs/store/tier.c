@@ -380,12 +380,12 @@ int tier_open(const struct tier_opts *o, persist_resolve_fn resolve, persist_pat
 	t->mask = nslots - 1;
 	t->chunk = o->chunk;
 	t->slots = calloc(nslots, sizeof(*t->slots));
-	pthread_mutex_init(&t->lock, NULL);
-	pthread_mutex_init(&t->recent_lock, NULL);
 	if (!t->slots) {
 		free(t);
 		return -ENOMEM;
 	}
+	pthread_mutex_init(&t->lock, NULL);
+	pthread_mutex_init(&t->recent_lock, NULL);
 	for (unsigned k = 0; k < o->ndirs; k++) {
 		t->ndirs = k + 1;
 		if ((e = open_dir(t, o, k, resolve, path, arg, err, errlen)) < 0)
@@ -420,6 +420,8 @@ fail:
 		persist_close(t->dirs[k].p);
 		free(t->dirs[k].path);
 	}
+	pthread_mutex_destroy(&t->lock);
+	pthread_mutex_destroy(&t->recent_lock);
 	free(t->slots);
 	free(t);
 	return e;

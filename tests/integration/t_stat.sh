@@ -328,6 +328,20 @@ ok "clear errors for a non-mount, a bad interval or column set, two modes, a mis
 umount_ep
 [ ! -e "$SR/live" ] || fail "a clean umount left its state"
 
+# A daemon that forks into the background names itself in its state's lock,
+# not the parent that opened the state and exited.
+M3=$T/m3
+mkdir -p "$M3"
+"$EPOCHFS" --cache-size 16M --state-dir "$SR/bg" "$T/src" "$M3" 2>"$T/bg.err" || fail "background mount: $(cat "$T/bg.err")"
+bgpid=$(stat_of "$M3" daemon_pid)
+lockpid=$(tr -d '\n' < "$SR/bg/lock")
+out=$("$STAT" --states "$SR")
+fusermount3 -u "$M3"
+for _ in $(seq 250); do kill -0 "$bgpid" 2>/dev/null || break; sleep 0.02; done
+[ "$lockpid" = "$bgpid" ] || fail "the lock names pid $lockpid, the daemon is $bgpid"
+echo "$out" | grep -q "^$SR/bg  *pid $bgpid " || fail "--states for a background daemon: $out"
+ok "a daemon in the background: its lock and --states name it (pid $bgpid)"
+
 # ---- hostile, in a private mount namespace ---------------------------------
 if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null && command -v useradd >/dev/null; then
 	EPOCHFS_STAT_NS=1 unshare -m --propagation private bash "$0"
