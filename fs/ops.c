@@ -17,6 +17,8 @@
  *   the core's change callback and are told to the kernel by the notifier.
  * - Reads are asynchronous: the handler hands the read to the core and
  *   returns; the reply is sent from whichever thread completes it.
+ * - INIT asks the kernel for what libfuse 3.14 asked for, no more (the
+ *   flags are the same on the wire).
  * - Every write-type operation is the core's to refuse (EROFS) or take
  *   (.prep/ spec files). So the mount is "ro" only with --no-prep; without
  *   it, an open for writing succeeds (the kernel opens files itself in no-open
@@ -75,15 +77,14 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
 	struct ops_session *s = userdata;
 
-	if (conn->capable & FUSE_CAP_CACHE_SYMLINKS)
-		conn->want |= FUSE_CAP_CACHE_SYMLINKS;
+	fuse_set_feature_flag(conn, FUSE_CAP_CACHE_SYMLINKS);   /* where the kernel offers it */
 	/* Atomic O_TRUNC hands truncation to OPEN, which no-open mode never
 	 * sends: the kernel would zero its own idea of the size and tell no
 	 * one. Without it an O_TRUNC open sends SETATTR, which answers EROFS
 	 * (or truncates a .prep/ spec). */
-	conn->want &= ~FUSE_CAP_ATOMIC_O_TRUNC;
-	s->no_opendir = (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT) != 0;
-	if (!(conn->capable & FUSE_CAP_NO_OPEN_SUPPORT) && !s->cfg.handle_open) {
+	fuse_unset_feature_flag(conn, FUSE_CAP_ATOMIC_O_TRUNC);
+	s->no_opendir = (conn->capable_ext & FUSE_CAP_NO_OPENDIR_SUPPORT) != 0;
+	if (!(conn->capable_ext & FUSE_CAP_NO_OPEN_SUPPORT) && !s->cfg.handle_open) {
 		log_warn("the kernel cannot skip open(); every open costs a round trip");
 		s->cfg.handle_open = 1;
 	}
