@@ -8,6 +8,10 @@
 #   make CUDA=1          also the GPU path (prep/gpu/: libepochfs_gpu.so, epochfs-gpuprobe;
 #                        needs nvcc), into build-cuda/; CPU builds are unchanged
 #   CI=true              adds -Werror
+#   LIBFUSE=system|built which libfuse to link (default: the system's when it
+#                        is >= 3.17, else Debian's source package built into
+#                        deps/; docs/install.md)
+#   make distclean       also the libfuse built in deps/ (its downloads stay)
 
 # Recipes use bash (PIPESTATUS, [[ ]]); every machine make test supports has it.
 SHELL := /bin/bash
@@ -22,7 +26,9 @@ say =
 endif
 
 CC ?= cc
-PKGS := fuse3 liburing libxxhash libturbojpeg libjpeg libsodium
+# The libraries every program links; libfuse (below) only the daemon.
+SYS_PKGS := liburing libxxhash libturbojpeg libjpeg libsodium
+PKGS := fuse3 $(SYS_PKGS)
 BUILD := build
 CFLAGS ?= -O2 -g
 WARN := -Wall -Wextra -Wstrict-prototypes -Wmissing-declarations -Wwrite-strings -Wshadow
@@ -41,8 +47,38 @@ BUILD := $(BUILD)-cuda
 endif
 
 # Evaluated when a recipe runs, i.e. after the dependency check below.
-PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
-PKG_LIBS = $(shell pkg-config --libs $(PKGS))
+PKG_CFLAGS = $(shell pkg-config --cflags $(SYS_PKGS))
+PKG_LIBS = $(shell pkg-config --libs $(SYS_PKGS))
+
+# libfuse. Kernel passthrough and FUSE over io_uring need 3.17 or newer;
+# Debian 12 has 3.14. So the system's libfuse when it is new enough, else
+# Debian's fuse3 source package, fetched into deps/download/ once (make
+# clean keeps it), checked against the sha256 pinned here, and built by
+# tools/libfuse/build.sh (with its patches) into a static library under
+# deps/libfuse-VERSION/ that build/, build-san/ and build-cuda/ share.
+# Static, so an installed daemon needs nothing from the build tree
+# (docs/install.md, "libfuse").
+LIBFUSE_MIN := 3.17
+LIBFUSE_DEB := 3.18.3-1
+LIBFUSE_DSC_SHA256 := 90396d7bd6bdb2f7d414babeaaf6a9c637a13bdb7d18e28c4e34432ba9b425bc
+DEPS_DIR := deps
+LIBFUSE_TREE := $(DEPS_DIR)/libfuse-$(LIBFUSE_DEB)
+LIBFUSE_STAMP := $(LIBFUSE_TREE)/.built
+ifeq ($(filter system built,$(LIBFUSE)),)
+LIBFUSE := $(if $(shell pkg-config --atleast-version=$(LIBFUSE_MIN) fuse3 2>/dev/null && echo y),system,built)
+endif
+ifeq ($(LIBFUSE),system)
+FUSE_PC := pkg-config
+FUSE_BUILT :=
+else
+FUSE_PC := PKG_CONFIG_PATH=$(CURDIR)/$(LIBFUSE_TREE)/root/usr/lib/pkgconfig pkg-config --define-prefix
+FUSE_BUILT := $(LIBFUSE_STAMP)
+endif
+FUSE_CFLAGS = $(shell $(FUSE_PC) --cflags fuse3)
+FUSE_LIBS = $(shell $(FUSE_PC) --libs fuse3)
+# Which libfuse the adapter was compiled against: a change (another pin,
+# the system's instead) recompiles it and relinks the daemon.
+FUSE_WHICH := $(LIBFUSE) $(if $(FUSE_BUILT),$(LIBFUSE_DEB),$(shell pkg-config --modversion fuse3 2>/dev/null))
 ALL_CFLAGS = -std=gnu11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Ifs -Iprep -Itools $(PKG_CFLAGS) -MMD -MP
 LIBS = $(PKG_LIBS) -lpthread -lm
 
@@ -96,8 +132,21 @@ $(BUILD)/epochfs-run $(BUILD)/epochfs-analyze: $(BUILD)/%: tools/%.sh | $(DEPS_S
 # Two sets of packages (tools/install-deps.sh): what building needs (a
 # container image builds with these alone), and what the tests add.
 $(DEPS_STAMP): tools/install-deps.sh
-	$(Q)pkg-config --exists $(PKGS) && command -v fusermount3 >/dev/null || bash tools/install-deps.sh build
+	$(Q)pkg-config --exists $(PKGS) && command -v fusermount3 >/dev/null \
+	   $(if $(FUSE_BUILT),&& command -v meson >/dev/null && command -v ninja >/dev/null && pkg-config --exists numa) \
+	   || bash tools/install-deps.sh build
 	$(Q)mkdir -p $(@D) && touch $@
+
+$(LIBFUSE_STAMP): $(wildcard tools/libfuse/*) | $(DEPS_STAMP)
+	$(call say,FUSE,$(LIBFUSE_TREE))
+	$(Q)rm -f $@ && V=$(V) bash tools/libfuse/build.sh $(LIBFUSE_DEB) $(LIBFUSE_DSC_SHA256) $(DEPS_DIR)
+
+$(BUILD)/.libfuse: FORCE | $(DEPS_STAMP)
+	$(Q)mkdir -p $(@D); [ "$$(cat $@ 2>/dev/null)" = "$(FUSE_WHICH)" ] || echo "$(FUSE_WHICH)" > $@
+
+# Only the adapter includes fuse_lowlevel.h (tools/layers.py).
+$(BUILD)/fs/ops.o $(BUILD)/fs/ops_session.o: ALL_CFLAGS += $(FUSE_CFLAGS)
+$(BUILD)/fs/ops.o $(BUILD)/fs/ops_session.o: $(BUILD)/.libfuse $(FUSE_BUILT)
 
 $(TEST_DEPS_STAMP): tools/install-deps.sh | $(DEPS_STAMP)
 	$(Q)pkg-config --exists criterion && command -v fio >/dev/null \
@@ -127,9 +176,9 @@ $(CORE_LIB): $(CORE_OBJ)
 	$(call say,AR,$@)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(DAEMON): $(BUILD)/fs/main.o $(BUILD)/fs/ops.o $(BUILD)/fs/ops_session.o $(CORE_LIB)
+$(DAEMON): $(BUILD)/fs/main.o $(BUILD)/fs/ops.o $(BUILD)/fs/ops_session.o $(CORE_LIB) $(BUILD)/.libfuse
 	$(call say,LINK,$@)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o %.a,$^) $(FUSE_LIBS) $(LIBS)
 
 # epochfs-stat's modes, one file each (tools/stat_int.h).
 $(BUILD)/epochfs-stat: $(BUILD)/tools/stat_list.o $(BUILD)/tools/stat_file.o
@@ -401,7 +450,14 @@ uninstall:
 clean:
 	rm -rf build build-san build-cuda build-san-cuda
 
-.PHONY: all man unit pyunit integration test demo bench clean fuzz fuzz-smoke cuda-test install uninstall layers
+# The libfuse builds too; deps/download/ stays (an offline rebuild needs it).
+distclean: clean
+	rm -rf $(DEPS_DIR)/libfuse-*
+
+FORCE:
+
+.PHONY: all man unit pyunit integration test demo bench clean distclean fuzz fuzz-smoke cuda-test install \
+	uninstall layers FORCE
 .SECONDARY:
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

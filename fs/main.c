@@ -320,7 +320,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (o.version) {
-		printf("epochfs %s\n", EPOCHFS_VERSION);
+		printf("epochfs %s\nlibfuse %s\n", EPOCHFS_VERSION, ops_libfuse_version());
 		return 0;
 	}
 	log_init("epochfs", o.debug);

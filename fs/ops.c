@@ -17,15 +17,21 @@
  *   the core's change callback and are told to the kernel by the notifier.
  * - Reads are asynchronous: the handler hands the read to the core and
  *   returns; the reply is sent from whichever thread completes it.
+ * - INIT asks the kernel for what libfuse 3.14 asked for, no more (the
+ *   flags are the same on the wire). It notes whether kernel passthrough
+ *   could serve the mount (stats.json's "passthrough", one log line) and
+ *   does not ask for it: every read takes the copy path.
  * - Every write-type operation is the core's to refuse (EROFS) or take
  *   (.prep/ spec files). So the mount is "ro" only with --no-prep; without
  *   it, an open for writing succeeds (the kernel opens files itself in no-open
  *   mode) and the first write or truncate fails.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ops_int.h"
 #include "util/log.h"
@@ -71,19 +77,74 @@ static void to_entry(const struct core_attr *a, struct fuse_entry_param *e)
 
 /* ---- metadata ---- */
 
+/* Whether this process may register backing files with the kernel
+ * (FUSE_DEV_IOC_BACKING_OPEN, what passthrough serves from): the kernel
+ * asks for CAP_SYS_ADMIN in the initial user namespace. 1, or 0 and why in
+ * WHY. Read from /proc/self: no libcap. */
+static int may_open_backing(char *why, size_t len)
+{
+	unsigned long long eff = 0;
+	unsigned long inside = 0, outside = 0, count = 0;
+	char line[256];
+	int found = 0, lines = 0;
+	FILE *f = fopen("/proc/self/status", "re");
+
+	if (f) {
+		while (fgets(line, sizeof(line), f))
+			if (sscanf(line, "CapEff: %llx", &eff) == 1) {
+				found = 1;
+				break;
+			}
+		fclose(f);
+	}
+	if (!found) {
+		snprintf(why, len, "no: cannot read the daemon's capabilities in /proc/self/status");
+		return 0;
+	}
+	if (!(eff & (1ULL << 21))) {       /* CAP_SYS_ADMIN */
+		snprintf(why, len, "no: the daemon (uid %u) lacks CAP_SYS_ADMIN, which registering "
+			 "backing files needs", (unsigned)getuid());
+		return 0;
+	}
+	/* The initial user namespace maps every uid onto itself, in one line. */
+	if ((f = fopen("/proc/self/uid_map", "re"))) {
+		while (fgets(line, sizeof(line), f))
+			if (lines++ == 0 && sscanf(line, "%lu %lu %lu", &inside, &outside, &count) != 3)
+				count = 0;
+		fclose(f);
+	}
+	if (lines != 1 || inside != 0 || outside != 0 || count != 4294967295UL) {
+		snprintf(why, len, "no: the daemon runs in a user namespace; registering backing files "
+			 "needs CAP_SYS_ADMIN in the initial one");
+		return 0;
+	}
+	snprintf(why, len, "available");
+	return 1;
+}
+
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
 	struct ops_session *s = userdata;
+	char pt[200];
 
-	if (conn->capable & FUSE_CAP_CACHE_SYMLINKS)
-		conn->want |= FUSE_CAP_CACHE_SYMLINKS;
+	fuse_set_feature_flag(conn, FUSE_CAP_CACHE_SYMLINKS);   /* where the kernel offers it */
 	/* Atomic O_TRUNC hands truncation to OPEN, which no-open mode never
 	 * sends: the kernel would zero its own idea of the size and tell no
 	 * one. Without it an O_TRUNC open sends SETATTR, which answers EROFS
 	 * (or truncates a .prep/ spec). */
-	conn->want &= ~FUSE_CAP_ATOMIC_O_TRUNC;
-	s->no_opendir = (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT) != 0;
-	if (!(conn->capable & FUSE_CAP_NO_OPEN_SUPPORT) && !s->cfg.handle_open) {
+	fuse_unset_feature_flag(conn, FUSE_CAP_ATOMIC_O_TRUNC);
+	/* Passthrough: noted, not asked for (the copy path serves every read
+	 * for now). The kernel offers it where it is built in; the library
+	 * knows it from 3.17 on. */
+	if (!(conn->capable_ext & FUSE_CAP_PASSTHROUGH))
+		snprintf(pt, sizeof(pt), "no: the kernel does not offer it (Linux 6.9 or newer, "
+			 "CONFIG_FUSE_PASSTHROUGH=y)");
+	else
+		may_open_backing(pt, sizeof(pt));
+	core_set_passthrough(s->c, pt);
+	log_info("reads are copied through the daemon; kernel passthrough: %s", pt);
+	s->no_opendir = (conn->capable_ext & FUSE_CAP_NO_OPENDIR_SUPPORT) != 0;
+	if (!(conn->capable_ext & FUSE_CAP_NO_OPEN_SUPPORT) && !s->cfg.handle_open) {
 		log_warn("the kernel cannot skip open(); every open costs a round trip");
 		s->cfg.handle_open = 1;
 	}

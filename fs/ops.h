@@ -39,4 +39,8 @@ int ops_session_new(const struct ops_config *cfg, struct ops_session **out);
 int ops_session_run(struct ops_session *s, struct core *c);
 void ops_session_free(struct ops_session *s);
 
+/* The release of the libfuse the daemon runs with ("3.18.3"), for
+ * --version. */
+const char *ops_libfuse_version(void);
+
 #endif

@@ -8,9 +8,16 @@
 #ifndef EPOCHFS_OPS_INT_H
 #define EPOCHFS_OPS_INT_H
 
-#define FUSE_USE_VERSION 312
+/* libfuse 3.17's API: 64-bit capability flags (capable_ext, set through
+ * fuse_set_feature_flag), passthrough. The Makefile links the system's
+ * libfuse when it is that new, else builds one (docs/install.md). */
+#define FUSE_USE_VERSION 317
 #include <fuse_lowlevel.h>
 #include <stddef.h>
+
+#if FUSE_VERSION < FUSE_MAKE_VERSION(3, 17)
+#error "epochfs needs libfuse 3.17 or newer: see docs/install.md (the Makefile builds one)"
+#endif
 
 #include "ops.h"
 #include "util/worker.h"

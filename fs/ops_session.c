@@ -305,6 +305,11 @@ int ops_session_run(struct ops_session *s, struct core *c)
 	return ret;
 }
 
+const char *ops_libfuse_version(void)
+{
+	return fuse_pkgversion();
+}
+
 void ops_session_free(struct ops_session *s)
 {
 	if (!s)

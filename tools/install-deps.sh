@@ -2,7 +2,9 @@
 # Installs the Debian packages epochfs needs, and only those that are
 # missing:
 #   install-deps.sh build   what building the daemon and tools needs (the
-#                           container image, deploy/Dockerfile, uses this set)
+#                           container image, deploy/Dockerfile, uses this set);
+#                           meson, ninja-build and libnuma-dev build libfuse
+#                           where the system's is older than 3.17 (Makefile)
 #   install-deps.sh test    the above, and what `make test` adds
 #   install-deps.sh         the same as test
 # Called by make when a check fails; safe to run by hand. Where it cannot
@@ -11,7 +13,7 @@
 set -eu
 
 build="build-essential pkg-config libfuse3-dev fuse3 liburing-dev libxxhash-dev
-       libturbojpeg0-dev libjpeg62-turbo-dev libsodium-dev python3"
+       libturbojpeg0-dev libjpeg62-turbo-dev libsodium-dev python3 meson ninja-build libnuma-dev"
 test="libcriterion-dev fio procps clang libclang-rt-14-dev iproute2 util-linux nftables
       python3-torchvision python3-numpy python3-pil python3-venv python3-yaml groff-base man-db"
 case ${1:-test} in

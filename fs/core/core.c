@@ -628,6 +628,16 @@ void core_set_copy_drop(struct core *c, core_copy_fn fn, void *arg)
 	c->copy_arg = arg;
 }
 
+void core_set_passthrough(struct core *c, const char *state)
+{
+	/* One writer (the INIT handler); the flag keeps a second from
+	 * rewriting the text under a reader. */
+	if (__atomic_exchange_n(&c->passthrough_said, 1, __ATOMIC_ACQ_REL))
+		return;
+	snprintf(c->passthrough_text, sizeof(c->passthrough_text), "%s", state);
+	__atomic_store_n(&c->passthrough, c->passthrough_text, __ATOMIC_RELEASE);
+}
+
 void core_probe_answer(struct core *c, void *cookie, int resident)
 {
 	prefetch_probed(c->pf, cookie, resident);

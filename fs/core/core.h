@@ -231,6 +231,12 @@ void core_set_copy_drop(struct core *c, core_copy_fn fn, void *arg);
  * pressure (every copy in the kernel squeezes the job). Seconds. */
 double core_copy_drop_delay(const struct core *c);
 
+/* Whether this mount's reads could be served by the kernel from backing
+ * files (FUSE passthrough), in words for stats.json ("passthrough"):
+ * "available", or "no: WHY". The adapter says it once, when the kernel
+ * connects (INIT); a later call changes nothing. Any thread. */
+void core_set_passthrough(struct core *c, const char *state);
+
 /* How long a check of an entry against SOURCE stays valid: --timeout, or
  * the CORE_TIMEOUT_* default settled by core_start(). Nothing in the kernel
  * above the mount is told to cache an entry for longer than its check has

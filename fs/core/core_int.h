@@ -46,6 +46,9 @@ struct core {
 	char persist_why[720];      /* "on (MODE): DIR", or "off..." and why: stats.json's persist_state */
 	char *mountpoint;           /* absolute, for stats.json (NULL: none given) */
 	char options[512];          /* the options in force, for stats.json */
+	char passthrough_text[200]; /* written once, before passthrough points to it */
+	int passthrough_said;       /* atomic: core_set_passthrough() was called */
+	const char *passthrough;    /* atomic: stats.json's passthrough; NULL until INIT */
 	int served;                 /* core_start() succeeded: a later core_close() is a clean stop */
 	struct tier *tier;          /* the SSD tier (the first source, and a store); NULL: none */
 	struct maint *maint;        /* the cache's background thread; NULL: none */

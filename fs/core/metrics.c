@@ -79,6 +79,12 @@ int core_samples(struct core *c, struct sample *out, int max)
 	if (n < max)
 		out[n++] = (struct sample){ .name = "options", .help = "The options in force",
 					    .kind = SAMPLE_INFO, .text = c->options };
+	const char *pt = __atomic_load_n(&c->passthrough, __ATOMIC_ACQUIRE);
+	if (n < max)
+		out[n++] = (struct sample){ .name = "passthrough", .kind = SAMPLE_INFO,
+					    .help = "Whether the kernel could serve reads from backing files "
+						    "(FUSE passthrough): available, or no and why",
+					    .text = pt ? pt : "unknown: the kernel has not connected yet" };
 	GAUGE("files", "Regular files in the index", t.files);
 	GAUGE("dirs", "Directories in the index", t.dirs);
 	GAUGE("symlinks", "Symbolic links in the index", t.symlinks);

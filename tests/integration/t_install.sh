@@ -20,12 +20,13 @@ for f in bin/epochfs bin/epochfs-stat bin/epochfs-warmup bin/epochfs-run bin/epo
 	lib/epochfs/python/epochfs/__init__.py lib/epochfs/python/epochfs_prep.py lib/systemd/system/epochfs@.service; do
 	[ -e "$R/usr/local/$f" ] || fail "not installed: $f"
 done
-ver=$("$R/usr/local/bin/epochfs" --version) || fail "epochfs --version"
+ver=$("$R/usr/local/bin/epochfs" --version | head -1) || fail "epochfs --version"
 ver=${ver#epochfs }
 # The Python launchers look in PYTHONDIR, which is /usr/local/... once the
-# DESTDIR tree is in place; here it is still staged.
+# DESTDIR tree is in place; here it is still staged. The first line is the
+# release (the daemon's second, the libfuse it runs with: t_libfuse.sh).
 for p in "$R"/usr/local/bin/* "$R"/usr/local/sbin/mount.fuse.epochfs; do
-	[ "$(PYTHONPATH="$R/usr/local/lib/epochfs/python" "$p" --version 2>&1)" = "$(basename "$p" | sed 's/^mount\.fuse\.epochfs$/epochfs/') $ver" ] ||
+	[ "$(PYTHONPATH="$R/usr/local/lib/epochfs/python" "$p" --version 2>&1 | head -1)" = "$(basename "$p" | sed 's/^mount\.fuse\.epochfs$/epochfs/') $ver" ] ||
 		fail "$(basename "$p") --version: $(PYTHONPATH="$R/usr/local/lib/epochfs/python" "$p" --version 2>&1)"
 done
 for p in "$R"/usr/local/share/man/man*/*; do
