@@ -9,62 +9,8 @@
  *   while the pool has room (below). Consumers that read in order
  *   therefore always progress: the memory they wait for is held by batches
  *   the others will read, or by a dead consumer's, which the timeout frees.
- * - One pool for all groups (struct group_pool): every byte of a batch
- *   made or being made, and of a spare buffer, in any group, counts
- *   against its one limit (--prep-mem), so k groups hold what one may.
- *   Room is claimed with the buffer, under both locks, so no two groups
- *   pass the limit between a check and an allocation. Rules:
- *   (1) a group that holds no batch may always make one a reader waits
- *   for (the allowance: held stays within limit + one batch a group);
- *   (2) a batch a reader waits for may evict its own group's made-ahead
- *   batches that nobody started, the furthest first;
- *   (3) while some group waits for room, the others make ahead only
- *   within their share (limit / groups); while some group's reader waits,
- *   they also give back their spares and the batches made ahead past their
- *   share that nobody started, and look for stalled consumers (the
- *   timeout) as if they waited themselves.
- *   Rules (1) and (2) are the guarantees one group had alone; (3) is
- *   fairness: without it one group's run-ahead could keep every other
- *   group at one batch at a time, or an idle group's stale batches keep
- *   memory from all of them.
- * - No deadlock across groups. A reader waits only for its own group's
- *   batches to drain: a group that holds none gets the batch its reader
- *   wants whatever the other groups hold (1), so another group's memory
- *   is never what a reader needs, and the pool adds no edge to the graph
- *   of who waits for whom that separate budgets did not have. Within a
- *   group, the batches held are either made ahead and unstarted (evicted
- *   for the reader, 2), being made (done soon), or started and waiting for
- *   consumers behind the reader; consumers that read in order need no
- *   memory to read those (they are made), so they drain, unless a consumer
- *   stopped (died, or waits on another group out of order): the timeout
- *   then drops it, and it runs in every group while a reader waits (3).
- *   Locks: a group's lock, then the pool's, a leaf; a group never takes
- *   another group's lock. Memory given back wakes the groups whose workers
- *   wait for room with a broadcast on their condvar, made without their
- *   lock (so a wake-up can be lost in the instant between a worker's last
- *   look at the pool and its wait: the pool counts what came back, the
- *   worker looks once more before it sleeps, and its 0.1 s timed wait is
- *   the backstop). A wake-up rather than polling alone: a group waiting
- *   0.1 s for each batch's memory would run at ten batches a second.
- * - Bookkeeping by a window of epochs, not by the whole spec (epochs= may
- *   be 1000000): two bitmaps, one bit a batch, say which batches were made
- *   (so a later make counts as regenerated) and which were freed after
- *   consumers read them (solo, below), for the epochs [wbase, wbase +
- *   wepochs), kept as a ring of rows. The window's front is the frontier's
- *   epoch; older rows are dropped as it moves on. Consumers that keep up
- *   are never further behind the frontier than the batches the pool can
- *   hold (every batch between the slowest consumer and the frontier is held
- *   until that consumer reads it), so wepochs covers the pool's limit in
- *   batches (at most WINDOW_MAX_SPAN of them), plus two epochs, and no
- *   more than the spec's epochs.
- *   A consumer further behind than that (dropped by the timeout, a late or
- *   restarted job, or one left behind when evictions let the frontier run
- *   on) reads batches counted as made and read: each is made again for it
- *   alone (solo, counted as regenerated) and freed after its one read. The
- *   bytes are the same; the cost is CPU, one make per such reader, where
- *   a batch evicted unread within the window is made once for all of them.
- *   A batch made ahead of the window (a reader far ahead of the frontier)
- *   counts as a first make and is not recorded.
+ * - Memory (one pool for all groups, its rules, why they cannot deadlock)
+ *   and the window of epochs the bookkeeping covers: group_pool.c.
  * - Reads never wait on a thread: a read of a batch not made yet is queued
  *   on its slot and answered by the worker that makes it (a FUSE adapter
  *   has a handful of threads; blocking them on batches deadlocked three
@@ -91,106 +37,10 @@
 #include <unistd.h>
 
 #include "group.h"
+#include "group_int.h"
 #include "util/clock.h"
 #include "util/syncwait.h"
 #include "util/worker.h"
-
-enum { B_QUEUED, B_MAKING, B_READY, B_EMPTY };
-
-/* A read waiting for its batch to be made. */
-struct gwait {
-	struct group_reader *r;
-	off_t off;
-	size_t len;
-	double since;
-	group_read_fn fn;
-	void *arg;
-	struct gwait *next;
-};
-
-struct gbatch {
-	struct gwait *waiters;      /* reads queued until READY */
-	uint64_t seq;               /* epoch * batches + index */
-	int state;
-	int regen;                  /* made before: count it as regenerated */
-	int solo;                   /* read before: free after its reader */
-	int want_free;              /* free once unpinned */
-	uint8_t *data;              /* MAKING and READY: len bytes, counted in the pool */
-	size_t len;
-	uint32_t readers, pins, done;
-	double touched;             /* last made or read, monotonic seconds */
-	struct gbatch *next;
-};
-
-struct group_reader {
-	struct group *g;
-	struct gbatch *b;
-	uint64_t copied;
-	int counted;
-};
-
-/* A freed batch's buffer kept for the next batch: a fresh malloc of tens
- * of MB is an mmap whose every page faults on first touch, which cost a
- * third of the CPU of making a batch. */
-struct spare {
-	struct spare *next;
-	size_t cap;
-};
-
-struct order_cache {
-	int valid;
-	uint32_t epoch;
-	uint32_t *v;
-};
-
-/* Why a group's workers wait for the pool (group.pool_blocked). */
-enum { WAIT_NONE, WAIT_AHEAD, WAIT_READER };
-
-struct group_pool {
-	pthread_mutex_t lock;       /* everything below; a leaf, taken under a group's lock */
-	uint64_t limit;             /* fixed at creation */
-	uint64_t held, held_peak;   /* batches made or being made, and spares, of all
-				     * groups: now, and the most at once */
-	uint64_t staged, peak;      /* of those, batches */
-	uint64_t gen;               /* bumped whenever bytes come back */
-	unsigned ngroups;
-	unsigned nblocked;          /* groups whose pool_blocked is not WAIT_NONE */
-	unsigned nreader;           /* of those, WAIT_READER */
-	struct group *groups;       /* every group on the pool, by pool_next */
-};
-
-struct group {
-	struct prep_spec sp;
-	struct folder *f;
-	struct group_io io;
-	struct group_opts o;
-	struct group_pool *pool;
-	int own_pool;               /* made by group_new (o.pool was NULL) */
-	struct group *pool_next;    /* protected by pool->lock */
-	int pool_blocked;           /* WAIT_*; protected by pool->lock */
-	uint32_t n;                 /* samples */
-	uint64_t nb, total;         /* batches per epoch, in all */
-	size_t full;                /* bytes of a full batch: the size spares are kept at */
-	uint64_t frontier;          /* next batch to make in order */
-	uint64_t asked;             /* 1 + the furthest batch any consumer read */
-	uint32_t jobs;              /* consumers expected now */
-	struct gbatch *list;
-	struct spare *spares;       /* buffers of freed batches, for reuse */
-	unsigned nspares;
-	uint64_t spare_bytes;
-	struct order_cache orders[2];
-	unsigned next_order;
-	uint8_t *bad_seen;          /* one bit a sample */
-	/* The window (DESIGN): epochs wbase .. wbase + wepochs - 1, epoch e's
-	 * bits in row e % wepochs of ROW bytes. */
-	uint32_t wbase, wepochs;
-	size_t row;
-	uint8_t *made;              /* one bit a batch made at least once */
-	uint8_t *read;              /* one bit a batch freed after consumers read it */
-	struct group_stats st;
-	struct worker w;            /* the batch makers; w.lock guards everything above */
-	unsigned nth;               /* how many */
-};
 
 static uint32_t batch_n(const struct group *g, uint64_t index)
 {
@@ -204,234 +54,6 @@ size_t group_batch_bytes(const struct group *g, uint64_t index)
 	struct batch_header h;
 
 	return batch_layout(&g->sp.p, batch_n(g, index), 0, index, 0, &h);
-}
-
-/* ---- the pool ---- */
-
-int group_pool_new(uint64_t limit, struct group_pool **out)
-{
-	struct group_pool *p = calloc(1, sizeof(*p));
-	int err;
-
-	if (!p)
-		return -ENOMEM;
-	if ((err = pthread_mutex_init(&p->lock, NULL))) {
-		free(p);
-		return -err;
-	}
-	p->limit = limit ? limit : UINT64_MAX;
-	*out = p;
-	return 0;
-}
-
-void group_pool_free(struct group_pool *p)
-{
-	if (!p)
-		return;
-	pthread_mutex_destroy(&p->lock);
-	free(p);
-}
-
-void group_pool_get_stats(struct group_pool *p, struct group_pool_stats *s)
-{
-	pthread_mutex_lock(&p->lock);
-	*s = (struct group_pool_stats){ .limit = p->limit, .held = p->held, .held_peak = p->held_peak,
-					.staged = p->staged, .peak = p->peak, .groups = p->ngroups };
-	pthread_mutex_unlock(&p->lock);
-}
-
-/* Other groups' workers wait for room (with a reader: READER). Pool lock held. */
-static int others_wait(const struct group_pool *p, const struct group *g, int reader)
-{
-	if (reader)
-		return p->nreader > (g->pool_blocked == WAIT_READER);
-	return p->nblocked > (g->pool_blocked != WAIT_NONE);
-}
-
-static int contended(struct group *g, int reader)
-{
-	pthread_mutex_lock(&g->pool->lock);
-	int on = others_wait(g->pool, g, reader);
-	pthread_mutex_unlock(&g->pool->lock);
-	return on;
-}
-
-/* Says whether G's workers wait for room, and why (WAIT_*); returns the
- * pool's count of bytes given back, to look at again before sleeping.
- * G's lock held. */
-static uint64_t set_blocked(struct group *g, int why)
-{
-	struct group_pool *p = g->pool;
-	uint64_t gen;
-
-	pthread_mutex_lock(&p->lock);
-	if (g->pool_blocked != why) {
-		p->nblocked += (why != WAIT_NONE) - (g->pool_blocked != WAIT_NONE);
-		p->nreader += (why == WAIT_READER) - (g->pool_blocked == WAIT_READER);
-		/* The others give up spares and run-ahead past their share
-		 * for a reader (DESIGN, rule 3): tell them now, not at their
-		 * next 0.1 s look. */
-		if (why == WAIT_READER)
-			for (struct group *h = p->groups; h; h = h->pool_next)
-				if (h != g)
-					worker_wake(&h->w);
-		g->pool_blocked = why;
-	}
-	gen = p->gen;
-	pthread_mutex_unlock(&p->lock);
-	return gen;
-}
-
-static uint64_t pool_gen(struct group *g)
-{
-	pthread_mutex_lock(&g->pool->lock);
-	uint64_t gen = g->pool->gen;
-	pthread_mutex_unlock(&g->pool->lock);
-	return gen;
-}
-
-enum { ROOM_AHEAD, ROOM_READER, ROOM_ALLOWANCE };
-
-/* Counts LEN more bytes of G's batches in the pool if HOW allows it (rules
- * in DESIGN); 1 if so. G's lock held. */
-static int reserve(struct group *g, size_t len, int how)
-{
-	struct group_pool *p = g->pool;
-	int ok = 1;
-
-	pthread_mutex_lock(&p->lock);
-	if (how != ROOM_ALLOWANCE) {
-		ok = p->held <= p->limit && len <= p->limit - p->held;
-		if (ok && how == ROOM_AHEAD && others_wait(p, g, 0) &&
-		    g->st.staged_bytes + len > p->limit / p->ngroups)
-			ok = 0;
-	}
-	if (ok) {
-		p->held += len;
-		if (p->held > p->held_peak)
-			p->held_peak = p->held;
-		p->staged += len;
-		if (p->staged > p->peak)
-			p->peak = p->staged;
-	}
-	pthread_mutex_unlock(&p->lock);
-	if (ok) {
-		g->st.staged_bytes += len;
-		if (g->st.staged_bytes > g->st.staged_peak)
-			g->st.staged_peak = g->st.staged_bytes;
-	}
-	return ok;
-}
-
-/* STAGED bytes of G's batches and SPARE bytes of its spares leave the pool
- * (freed), and the groups waiting for room are woken. G's lock held. */
-static void give_back(struct group *g, uint64_t staged, uint64_t spare)
-{
-	struct group_pool *p = g->pool;
-
-	g->st.staged_bytes -= staged;
-	g->spare_bytes -= spare;
-	pthread_mutex_lock(&p->lock);
-	p->held -= staged + spare;
-	p->staged -= staged;
-	p->gen++;
-	if (p->nblocked)
-		for (struct group *h = p->groups; h; h = h->pool_next)
-			if (h != g && h->pool_blocked != WAIT_NONE)
-				worker_wake(&h->w);
-	pthread_mutex_unlock(&p->lock);
-}
-
-/* LEN bytes move between G's batches and its spares (TO_SPARE: a freed
- * batch's buffer kept; else a spare taken for a batch): the pool holds as
- * much as before. G's lock held. */
-static void move_spare(struct group *g, size_t len, int to_spare)
-{
-	struct group_pool *p = g->pool;
-
-	if (to_spare) {
-		g->st.staged_bytes -= len;
-		g->spare_bytes += len;
-	} else {
-		g->spare_bytes -= len;
-		g->st.staged_bytes += len;
-		if (g->st.staged_bytes > g->st.staged_peak)
-			g->st.staged_peak = g->st.staged_bytes;
-	}
-	pthread_mutex_lock(&p->lock);
-	if (to_spare) {
-		p->staged -= len;
-	} else {
-		p->staged += len;
-		if (p->staged > p->peak)
-			p->peak = p->staged;
-	}
-	pthread_mutex_unlock(&p->lock);
-}
-
-/* Frees G's spares, all of them or (ONE) the first. G's lock held. */
-static void drop_spares(struct group *g, int one)
-{
-	while (g->spares) {
-		struct spare *sp = g->spares;
-		size_t cap = sp->cap;
-		g->spares = sp->next;
-		g->nspares--;
-		free(sp);
-		give_back(g, 0, cap);
-		if (one)
-			return;
-	}
-}
-
-/* ---- the window ---- */
-
-#define W_BEHIND (-1)
-#define W_AHEAD (-2)
-
-/* SEQ's bit in the window's bitmaps, or W_BEHIND / W_AHEAD of it. */
-static int64_t wbit(const struct group *g, uint64_t seq)
-{
-	uint64_t e = seq / g->nb;
-
-	if (e < g->wbase)
-		return W_BEHIND;
-	if (e - g->wbase >= g->wepochs)
-		return W_AHEAD;
-	return (int64_t)((e % g->wepochs) * g->row * 8 + seq % g->nb);
-}
-
-/* Whether SEQ is marked in MAP; behind the window every batch counts as
- * made and read (DESIGN). */
-static int marked(const struct group *g, const uint8_t *map, uint64_t seq)
-{
-	int64_t i = wbit(g, seq);
-
-	if (i == W_BEHIND)
-		return 1;
-	return i >= 0 && (map[i / 8] >> (i % 8) & 1);
-}
-
-static void mark(const struct group *g, uint8_t *map, uint64_t seq)
-{
-	int64_t i = wbit(g, seq);
-
-	if (i >= 0)
-		map[i / 8] |= (uint8_t)(1u << (i % 8));
-}
-
-/* Moves the window on so that it ends at EPOCH, if it ends before; the
- * rows of the epochs left behind are cleared for the new ones. */
-static void slide(struct group *g, uint32_t epoch)
-{
-	if (epoch < g->wbase || epoch - g->wbase < g->wepochs)
-		return;
-	uint32_t base = epoch - g->wepochs + 1;
-	for (uint32_t e = base > g->wbase + g->wepochs ? base - g->wepochs : g->wbase; e < base; e++) {
-		memset(g->made + (size_t)(e % g->wepochs) * g->row, 0, g->row);
-		memset(g->read + (size_t)(e % g->wepochs) * g->row, 0, g->row);
-	}
-	g->wbase = base;
 }
 
 /* ---- slots ---- */
@@ -474,22 +96,19 @@ static void put_spare(struct group *g, void *p, size_t len)
 {
 	int keep = g->nspares <= g->nth && len == g->full && len >= sizeof(struct spare);
 
-	if (keep) {
-		pthread_mutex_lock(&g->pool->lock);
-		keep = g->pool->held <= g->pool->limit && !others_wait(g->pool, g, 1);
-		pthread_mutex_unlock(&g->pool->lock);
-	}
+	if (keep)
+		keep = gpool_may_keep_spare(g);
 	if (keep) {
 		struct spare *sp = p;
 		sp->cap = len;
 		sp->next = g->spares;
 		g->spares = sp;
 		g->nspares++;
-		move_spare(g, len, 1);
+		gpool_move_spare(g, len, 1);
 		return;
 	}
 	free(p);
-	give_back(g, len, 0);
+	gpool_give_back(g, len, 0);
 }
 
 /* Frees B's pixels now, or when its last pin goes. Lock held. */
@@ -502,7 +121,7 @@ static void release(struct group *g, struct gbatch *b)
 		return;
 	}
 	if (b->done)
-		mark(g, g->read, b->seq);
+		gwin_mark(g, g->read, b->seq);
 	put_spare(g, b->data, b->len);
 	b->data = NULL;
 	b->want_free = 0;
@@ -538,25 +157,25 @@ static int take(struct group *g, struct gbatch *b, int how)
 		struct spare *sp = g->spares;
 		g->spares = sp->next;
 		g->nspares--;
-		move_spare(g, b->len, 0);
+		gpool_move_spare(g, b->len, 0);
 		data = (uint8_t *)sp;
 	} else {
-		while (!reserve(g, b->len, how)) {
+		while (!gpool_reserve(g, b->len, how)) {
 			if (!g->spares)
 				return 0;
-			drop_spares(g, 1);
+			gpool_drop_spares(g, 1);
 		}
 		if (!(data = malloc(b->len))) {
-			give_back(g, b->len, 0);
+			gpool_give_back(g, b->len, 0);
 			return -ENOMEM;
 		}
 	}
 	b->data = data;
 	b->state = B_MAKING;
-	b->regen = marked(g, g->made, b->seq);
-	b->solo = marked(g, g->read, b->seq);
+	b->regen = gwin_marked(g, g->made, b->seq);
+	b->solo = gwin_marked(g, g->read, b->seq);
 	b->done = 0;
-	mark(g, g->made, b->seq);
+	gwin_mark(g, g->made, b->seq);
 	return 1;
 }
 
@@ -567,7 +186,7 @@ static void untake(struct group *g, struct gbatch *b)
 	free(b->data);
 	b->data = NULL;
 	b->state = B_QUEUED;
-	give_back(g, b->len, 0);
+	gpool_give_back(g, b->len, 0);
 }
 
 /* The furthest batch made ahead that no one has started to read, or NULL. */
@@ -610,7 +229,7 @@ static void yield_room(struct group *g)
 	uint64_t share = g->pool->limit / g->pool->ngroups;
 	struct gbatch *far;
 
-	drop_spares(g, 0);
+	gpool_drop_spares(g, 0);
 	while (g->st.staged_bytes > share && (far = unstarted(g)))
 		release(g, far);
 }
@@ -625,40 +244,40 @@ static struct gbatch *pick(struct group *g, int *blocked, uint64_t *gen)
 	int r;
 
 	*blocked = 0;
-	if (contended(g, 1))
+	if (gpool_contended(g, 1))
 		yield_room(g);
 	for (b = g->list; b; b = b->next)
 		if (b->state == B_QUEUED)
 			break;
 	if (b) {
 		if ((r = take_for_reader(g, b)) > 0) {
-			set_blocked(g, WAIT_NONE);
+			gpool_set_blocked(g, WAIT_NONE);
 			return b;
 		}
 		*blocked = 1;
-		*gen = set_blocked(g, r < 0 ? WAIT_NONE : WAIT_READER);
+		*gen = gpool_set_blocked(g, r < 0 ? WAIT_NONE : WAIT_READER);
 		return NULL;
 	}
 	while (g->frontier < g->total) {
-		slide(g, (uint32_t)(g->frontier / g->nb));
-		if (!marked(g, g->made, g->frontier) && !find(g, g->frontier))
+		gwin_slide(g, (uint32_t)(g->frontier / g->nb));
+		if (!gwin_marked(g, g->made, g->frontier) && !find(g, g->frontier))
 			break;
 		g->frontier++;
 	}
 	if (g->frontier == g->total || g->frontier >= g->asked + g->o.ahead) {
-		set_blocked(g, WAIT_NONE);
+		gpool_set_blocked(g, WAIT_NONE);
 		return NULL;
 	}
 	if (!(b = new_slot(g, g->frontier, B_QUEUED)))
 		return NULL;
 	if ((r = take(g, b, ROOM_AHEAD)) > 0) {
 		g->frontier++;
-		set_blocked(g, WAIT_NONE);
+		gpool_set_blocked(g, WAIT_NONE);
 		return b;
 	}
 	unlink_slot(g, b);
 	*blocked = 1;
-	*gen = set_blocked(g, r < 0 ? WAIT_NONE : WAIT_AHEAD);
+	*gen = gpool_set_blocked(g, r < 0 ? WAIT_NONE : WAIT_AHEAD);
 	return NULL;
 }
 
@@ -797,11 +416,11 @@ static void *make_batches(void *arg)
 			/* Stalled consumers are looked for while another
 			 * group's reader waits for room too: this group's may
 			 * hold what it waits for (DESIGN, rule 3). */
-			if (blocked || contended(g, 1))
+			if (blocked || gpool_contended(g, 1))
 				drop_stalled(g);
 			expire(g, 0);
 			/* Memory that came back since pick() looked: no sleep. */
-			if (!blocked || pool_gen(g) == gen)
+			if (!blocked || gpool_gen(g) == gen)
 				worker_wait(&g->w, 0.1);
 			continue;
 		}

@@ -1,0 +1,303 @@
+/* group_pool.c - the memory of prep groups: one pool for all groups, and
+ * the window of epochs each group's bookkeeping covers (see group.c for
+ * slots, workers and readers; group_int.h for the structures).
+ *
+ * DESIGN
+ * - One pool for all groups (struct group_pool): every byte of a batch
+ *   made or being made, and of a spare buffer, in any group, counts
+ *   against its one limit (--prep-mem), so k groups hold what one may.
+ *   Room is claimed with the buffer, under both locks, so no two groups
+ *   pass the limit between a check and an allocation. Rules:
+ *   (1) a group that holds no batch may always make one a reader waits
+ *   for (the allowance: held stays within limit + one batch a group);
+ *   (2) a batch a reader waits for may evict its own group's made-ahead
+ *   batches that nobody started, the furthest first;
+ *   (3) while some group waits for room, the others make ahead only
+ *   within their share (limit / groups); while some group's reader waits,
+ *   they also give back their spares and the batches made ahead past their
+ *   share that nobody started, and look for stalled consumers (the
+ *   timeout) as if they waited themselves.
+ *   Rules (1) and (2) are the guarantees one group had alone; (3) is
+ *   fairness: without it one group's run-ahead could keep every other
+ *   group at one batch at a time, or an idle group's stale batches keep
+ *   memory from all of them.
+ * - No deadlock across groups. A reader waits only for its own group's
+ *   batches to drain: a group that holds none gets the batch its reader
+ *   wants whatever the other groups hold (1), so another group's memory
+ *   is never what a reader needs, and the pool adds no edge to the graph
+ *   of who waits for whom that separate budgets did not have. Within a
+ *   group, the batches held are either made ahead and unstarted (evicted
+ *   for the reader, 2), being made (done soon), or started and waiting for
+ *   consumers behind the reader; consumers that read in order need no
+ *   memory to read those (they are made), so they drain, unless a consumer
+ *   stopped (died, or waits on another group out of order): the timeout
+ *   then drops it, and it runs in every group while a reader waits (3).
+ *   Locks: a group's lock, then the pool's, a leaf; a group never takes
+ *   another group's lock. Memory given back wakes the groups whose workers
+ *   wait for room with a broadcast on their condvar, made without their
+ *   lock (so a wake-up can be lost in the instant between a worker's last
+ *   look at the pool and its wait: the pool counts what came back, the
+ *   worker looks once more before it sleeps, and its 0.1 s timed wait is
+ *   the backstop). A wake-up rather than polling alone: a group waiting
+ *   0.1 s for each batch's memory would run at ten batches a second.
+ * - Bookkeeping by a window of epochs, not by the whole spec (epochs= may
+ *   be 1000000): two bitmaps, one bit a batch, say which batches were made
+ *   (so a later make counts as regenerated) and which were freed after
+ *   consumers read them (solo, below), for the epochs [wbase, wbase +
+ *   wepochs), kept as a ring of rows. The window's front is the frontier's
+ *   epoch; older rows are dropped as it moves on. Consumers that keep up
+ *   are never further behind the frontier than the batches the pool can
+ *   hold (every batch between the slowest consumer and the frontier is held
+ *   until that consumer reads it), so wepochs covers the pool's limit in
+ *   batches (at most WINDOW_MAX_SPAN of them), plus two epochs, and no
+ *   more than the spec's epochs.
+ *   A consumer further behind than that (dropped by the timeout, a late or
+ *   restarted job, or one left behind when evictions let the frontier run
+ *   on) reads batches counted as made and read: each is made again for it
+ *   alone (solo, counted as regenerated) and freed after its one read. The
+ *   bytes are the same; the cost is CPU, one make per such reader, where
+ *   a batch evicted unread within the window is made once for all of them.
+ *   A batch made ahead of the window (a reader far ahead of the frontier)
+ *   counts as a first make and is not recorded. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "group.h"
+#include "group_int.h"
+#include "util/worker.h"
+
+/* ---- the pool ---- */
+
+int group_pool_new(uint64_t limit, struct group_pool **out)
+{
+	struct group_pool *p = calloc(1, sizeof(*p));
+	int err;
+
+	if (!p)
+		return -ENOMEM;
+	if ((err = pthread_mutex_init(&p->lock, NULL))) {
+		free(p);
+		return -err;
+	}
+	p->limit = limit ? limit : UINT64_MAX;
+	*out = p;
+	return 0;
+}
+
+void group_pool_free(struct group_pool *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_destroy(&p->lock);
+	free(p);
+}
+
+void group_pool_get_stats(struct group_pool *p, struct group_pool_stats *s)
+{
+	pthread_mutex_lock(&p->lock);
+	*s = (struct group_pool_stats){ .limit = p->limit, .held = p->held, .held_peak = p->held_peak,
+					.staged = p->staged, .peak = p->peak, .groups = p->ngroups };
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* Other groups' workers wait for room (with a reader: READER). Pool lock held. */
+static int others_wait(const struct group_pool *p, const struct group *g, int reader)
+{
+	if (reader)
+		return p->nreader > (g->pool_blocked == WAIT_READER);
+	return p->nblocked > (g->pool_blocked != WAIT_NONE);
+}
+
+int gpool_contended(struct group *g, int reader)
+{
+	pthread_mutex_lock(&g->pool->lock);
+	int on = others_wait(g->pool, g, reader);
+	pthread_mutex_unlock(&g->pool->lock);
+	return on;
+}
+
+int gpool_may_keep_spare(struct group *g)
+{
+	pthread_mutex_lock(&g->pool->lock);
+	int keep = g->pool->held <= g->pool->limit && !others_wait(g->pool, g, 1);
+	pthread_mutex_unlock(&g->pool->lock);
+	return keep;
+}
+
+/* Says whether G's workers wait for room, and why (WAIT_*); returns the
+ * pool's count of bytes given back, to look at again before sleeping.
+ * G's lock held. */
+uint64_t gpool_set_blocked(struct group *g, int why)
+{
+	struct group_pool *p = g->pool;
+	uint64_t gen;
+
+	pthread_mutex_lock(&p->lock);
+	if (g->pool_blocked != why) {
+		p->nblocked += (why != WAIT_NONE) - (g->pool_blocked != WAIT_NONE);
+		p->nreader += (why == WAIT_READER) - (g->pool_blocked == WAIT_READER);
+		/* The others give up spares and run-ahead past their share
+		 * for a reader (DESIGN, rule 3): tell them now, not at their
+		 * next 0.1 s look. */
+		if (why == WAIT_READER)
+			for (struct group *h = p->groups; h; h = h->pool_next)
+				if (h != g)
+					worker_wake(&h->w);
+		g->pool_blocked = why;
+	}
+	gen = p->gen;
+	pthread_mutex_unlock(&p->lock);
+	return gen;
+}
+
+uint64_t gpool_gen(struct group *g)
+{
+	pthread_mutex_lock(&g->pool->lock);
+	uint64_t gen = g->pool->gen;
+	pthread_mutex_unlock(&g->pool->lock);
+	return gen;
+}
+
+/* Counts LEN more bytes of G's batches in the pool if HOW allows it (rules
+ * in DESIGN); 1 if so. G's lock held. */
+int gpool_reserve(struct group *g, size_t len, int how)
+{
+	struct group_pool *p = g->pool;
+	int ok = 1;
+
+	pthread_mutex_lock(&p->lock);
+	if (how != ROOM_ALLOWANCE) {
+		ok = p->held <= p->limit && len <= p->limit - p->held;
+		if (ok && how == ROOM_AHEAD && others_wait(p, g, 0) &&
+		    g->st.staged_bytes + len > p->limit / p->ngroups)
+			ok = 0;
+	}
+	if (ok) {
+		p->held += len;
+		if (p->held > p->held_peak)
+			p->held_peak = p->held;
+		p->staged += len;
+		if (p->staged > p->peak)
+			p->peak = p->staged;
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (ok) {
+		g->st.staged_bytes += len;
+		if (g->st.staged_bytes > g->st.staged_peak)
+			g->st.staged_peak = g->st.staged_bytes;
+	}
+	return ok;
+}
+
+/* STAGED bytes of G's batches and SPARE bytes of its spares leave the pool
+ * (freed), and the groups waiting for room are woken. G's lock held. */
+void gpool_give_back(struct group *g, uint64_t staged, uint64_t spare)
+{
+	struct group_pool *p = g->pool;
+
+	g->st.staged_bytes -= staged;
+	g->spare_bytes -= spare;
+	pthread_mutex_lock(&p->lock);
+	p->held -= staged + spare;
+	p->staged -= staged;
+	p->gen++;
+	if (p->nblocked)
+		for (struct group *h = p->groups; h; h = h->pool_next)
+			if (h != g && h->pool_blocked != WAIT_NONE)
+				worker_wake(&h->w);
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* LEN bytes move between G's batches and its spares (TO_SPARE: a freed
+ * batch's buffer kept; else a spare taken for a batch): the pool holds as
+ * much as before. G's lock held. */
+void gpool_move_spare(struct group *g, size_t len, int to_spare)
+{
+	struct group_pool *p = g->pool;
+
+	if (to_spare) {
+		g->st.staged_bytes -= len;
+		g->spare_bytes += len;
+	} else {
+		g->spare_bytes -= len;
+		g->st.staged_bytes += len;
+		if (g->st.staged_bytes > g->st.staged_peak)
+			g->st.staged_peak = g->st.staged_bytes;
+	}
+	pthread_mutex_lock(&p->lock);
+	if (to_spare) {
+		p->staged -= len;
+	} else {
+		p->staged += len;
+		if (p->staged > p->peak)
+			p->peak = p->staged;
+	}
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* Frees G's spares, all of them or (ONE) the first. G's lock held. */
+void gpool_drop_spares(struct group *g, int one)
+{
+	while (g->spares) {
+		struct spare *sp = g->spares;
+		size_t cap = sp->cap;
+		g->spares = sp->next;
+		g->nspares--;
+		free(sp);
+		gpool_give_back(g, 0, cap);
+		if (one)
+			return;
+	}
+}
+
+/* ---- the window ---- */
+
+#define W_BEHIND (-1)
+#define W_AHEAD (-2)
+
+/* SEQ's bit in the window's bitmaps, or W_BEHIND / W_AHEAD of it. */
+static int64_t wbit(const struct group *g, uint64_t seq)
+{
+	uint64_t e = seq / g->nb;
+
+	if (e < g->wbase)
+		return W_BEHIND;
+	if (e - g->wbase >= g->wepochs)
+		return W_AHEAD;
+	return (int64_t)((e % g->wepochs) * g->row * 8 + seq % g->nb);
+}
+
+/* Whether SEQ is marked in MAP; behind the window every batch counts as
+ * made and read (DESIGN). */
+int gwin_marked(const struct group *g, const uint8_t *map, uint64_t seq)
+{
+	int64_t i = wbit(g, seq);
+
+	if (i == W_BEHIND)
+		return 1;
+	return i >= 0 && (map[i / 8] >> (i % 8) & 1);
+}
+
+void gwin_mark(const struct group *g, uint8_t *map, uint64_t seq)
+{
+	int64_t i = wbit(g, seq);
+
+	if (i >= 0)
+		map[i / 8] |= (uint8_t)(1u << (i % 8));
+}
+
+/* Moves the window on so that it ends at EPOCH, if it ends before; the
+ * rows of the epochs left behind are cleared for the new ones. */
+void gwin_slide(struct group *g, uint32_t epoch)
+{
+	if (epoch < g->wbase || epoch - g->wbase < g->wepochs)
+		return;
+	uint32_t base = epoch - g->wepochs + 1;
+	for (uint32_t e = base > g->wbase + g->wepochs ? base - g->wepochs : g->wbase; e < base; e++) {
+		memset(g->made + (size_t)(e % g->wepochs) * g->row, 0, g->row);
+		memset(g->read + (size_t)(e % g->wepochs) * g->row, 0, g->row);
+	}
+	g->wbase = base;
+}
