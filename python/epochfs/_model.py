@@ -40,7 +40,9 @@ the ratio of the two phases' step times); without one, k is 0.
 
 With prefetch (the order told, epochfs-run), storage waits leave the
 workers' cycle and overlap everything: X is the CPU-only network's, and
-the storage bound N*m remains. Without workers, the main process prepares
+the storage bound N*m remains. Its staging is carved out of a RAM cache
+that cannot hold the dataset (min(--prefetch-mem, a quarter of the
+cache)): the cache holds that much less, and hits that much less. Without workers, the main process prepares
 and fetches in line: epoch = S*c + N*(q + t + r + (1 - phi)*m) (prefetch:
 max(S*c + N*(q + t + r), N*m)).
 
@@ -73,7 +75,10 @@ memory a scenario leaves the job:
   need  bytes the scenario needs beyond what the job holds now: a bigger
         cache (in the job's memory cgroup when the daemon shares it, or
         the page cache is the cache; else in the daemon's), prefetch's
-        staging, each worker more (its own memory and two batches);
+        staging where the mount has no RAM cache (with one, staging is
+        carved out of --cache-size and the cache holds that much less:
+        staging_share()), each worker more (its own memory and two
+        batches);
         fewer workers, or a smaller cache, give memory back;
   spare the job's room now (0 when it is short of memory), plus the
         memory the scenario adds (memory=+X), less its need;
@@ -222,10 +227,31 @@ class Profile:
                 p.measured_hit = None
         return p
 
+    def staging_share(self):
+        """Bytes of the RAM cache's budget that prefetch's staging takes
+        with this cache: while a job sends its order and the cache cannot
+        hold the dataset, the daemon carves min(--prefetch-mem, a quarter
+        of --cache-size) out of it (docs/prefetch.md); a cache that holds
+        the dataset lends staging only what it has not filled, nothing
+        once full. Whether prefetch is on or not: hit() and
+        _memory_needs() ask."""
+        if self.cache_kind != "minio" or self.data_bytes <= 0:
+            return 0.0
+        cap = max(0.0, self.cache_frac) * self.data_bytes
+        if cap <= 0 or cap >= self.data_bytes:
+            return 0.0
+        return min(self.staging_bytes, cap / 4)
+
     def hit(self):
+        carve = self.staging_share() / self.data_bytes if self.data_bytes > 0 else 0.0
         if self.measured_hit is not None:
-            return self.measured_hit
-        f = max(0.0, self.cache_frac)
+            # The cache as measured (the same size): its hits with staging's
+            # share taken out, or given back, where prefetch changes.
+            pf0 = self.mem_base[3]
+            h = self.measured_hit - (carve if self.prefetch and not pf0 else 0.0) \
+                + (carve if pf0 and not self.prefetch else 0.0)
+            return max(0.0, min(1.0, h))
+        f = max(0.0, self.cache_frac - (carve if self.prefetch else 0.0))
         if self.cache_kind == "pagecache":
             return lru_hit(f)
         return min(1.0, f * max(1, self.nodes))
@@ -246,7 +272,9 @@ class Profile:
         if (self.cache_frac, self.cache_kind) != (f0, kind0):
             put(kind0, -max(0.0, min(1.0, f0)) * self.data_bytes)
             put(self.cache_kind, max(0.0, min(1.0, self.cache_frac)) * self.data_bytes)
-        if self.prefetch and not pf0:
+        if self.prefetch and not pf0 and not (self.cache_kind == "minio" and self.cache_frac > 0):
+            # Staging beside no RAM cache: --prefetch-mem more. With one,
+            # staging lives inside --cache-size (staging_share()).
             put("minio", self.staging_bytes)
         job += (self.workers - w0) * self.worker_bytes
         return job, daemon

@@ -52,10 +52,14 @@ class Epoch(unittest.TestCase):
         self.assertAlmostEqual(prof(cache_frac=1.0).epoch_seconds(), 5.0, places=6)
 
     def test_storage_bound_with_prefetch(self):
-        # Half the data from storage: 50 MB at 25 MB/s = 2 s; CPU 5 s: 5 s.
+        # Staging carved out of the 50 MB cache (a quarter: 12.5 MB, under
+        # --prefetch-mem): 62.5 MB from storage at 25 MB/s = 2.5 s; CPU 5 s: 5 s.
         self.assertAlmostEqual(prof(prefetch=True).epoch_seconds(), 5.0, places=6)
-        # At 5 MB/s the storage bounds: 10 s.
-        self.assertAlmostEqual(prof(prefetch=True, storage_bps=5e6).epoch_seconds(), 10.0, places=6)
+        # At 5 MB/s the storage bounds: 12.5 s.
+        self.assertAlmostEqual(prof(prefetch=True, storage_bps=5e6).epoch_seconds(), 12.5, places=6)
+        # A cache that holds the dataset keeps it all; with none, nothing to carve.
+        self.assertAlmostEqual(prof(prefetch=True, cache_frac=1.0).hit(), 1.0)
+        self.assertAlmostEqual(prof(prefetch=True, cache_frac=0.0, storage_bps=5e6).epoch_seconds(), 20.0, places=6)
 
     def test_stalls_without_prefetch(self):
         t_no = prof().epoch_seconds()
@@ -211,7 +215,11 @@ class Epoch(unittest.TestCase):
         self.assertAlmostEqual(q.cache_fits_up_to(), 0.7, places=6)
         q.daemon_shared, q.daemon_room = False, 0.0
         self.assertAlmostEqual(q.scenario(cache_frac=0.6).memory_needed(), 10e6)
-        self.assertAlmostEqual(q.scenario(prefetch=True).memory_needed(), 64 << 20)
+        # Prefetch: staging inside --cache-size; beside no RAM cache, its own.
+        self.assertEqual(q.scenario(prefetch=True).memory_needed(), 0.0)
+        r = prof(cache_frac=0.0)
+        r.mem_room = 0.0
+        self.assertAlmostEqual(r.scenario(prefetch=True).memory_needed(), 64 << 20)
         # Unknown room: everything fits.
         self.assertEqual(prof().scenario(cache_frac=1.0, workers=8, prefetch=True).memory_needed(), 0.0)
 

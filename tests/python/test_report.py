@@ -182,34 +182,58 @@ class MemoryStall(unittest.TestCase):
 
 class SafeAdvice(unittest.TestCase):
     def test_nothing_offered_that_the_memory_cannot_hold(self):
-        # At its limit (no room, a memory stall): prefetch needs staging
-        # beside the cache, more workers their memory. Neither is offered
-        # as "with the hardware it has"; the report says what they need.
+        # At its limit (no room, a memory stall): a worker more needs its
+        # own memory and two batches. It is not offered as "with the
+        # hardware it has"; the report says what it needs.
         rep = report(part7(), "prefetch=on", "workers=4")
         a = rep["advice"]
         self.assertNotIn("without_hardware", a)
-        self.assertIn("prefetch on", a["short_of_memory"]["change"])
-        self.assertEqual(a["short_of_memory"]["memory_needed_bytes"], 64 * MiB)
+        one = 105e6 + 2 * 64 * 3 * 224 * 224 * 4
+        self.assertEqual(a["short_of_memory"]["change"], "3 DataLoader workers")
+        self.assertAlmostEqual(a["short_of_memory"]["memory_needed_bytes"], one)
         text = analyze.text_report(rep)
-        self.assertIn("with the hardware it has: nothing that fits its memory; prefetch on", text)
+        self.assertIn("with the hardware it has: nothing that fits its memory; 3 DataLoader workers would need "
+                      "174 MiB more", text)
         pf, w4 = [w for w in rep["what_if"] if w.get("requested")]
+        self.assertFalse(w4["fits"])
+        self.assertAlmostEqual(w4["memory_needed_bytes"], 2 * one)
+        self.assertIn("what if workers=4: ", text)
+        self.assertIn("given the 347 MiB more memory it needs", text)
+        # Prefetch's staging is carved out of --cache-size (docs/prefetch.md):
+        # it fits, and the cache holds a quarter of itself less (46 MB of
+        # 184: under --prefetch-mem's 64 MiB), so the reads hit less.
+        self.assertTrue(pf["fits"])
+        self.assertEqual(pf["memory_needed_bytes"], 0.0)
+        p = analyze.profile_from_report(rep)
+        self.assertAlmostEqual(p.scenario(prefetch=True).hit(), 0.5 - 46e6 / 368e6)
+        self.assertAlmostEqual(p.scenario(prefetch=True, cache_frac=1.0).hit(), 1.0)
+        self.assertNotIn("prefetch=on: %.2f s per epoch (bound: storage), given" % pf["predicted_epoch_seconds"],
+                         text)
+
+    def test_prefetch_beside_no_ram_cache(self):
+        # With no RAM cache (--cache-size 0), staging is memory of its own:
+        # --prefetch-mem (stats.json's staging limit) more than the job has.
+        rep = report(part7(), "prefetch=on", cache=0)
+        pf = [w for w in rep["what_if"] if w.get("requested")][0]
         self.assertFalse(pf["fits"])
         self.assertEqual(pf["memory_needed_bytes"], 64 * MiB)
-        self.assertAlmostEqual(w4["memory_needed_bytes"], 2 * (105e6 + 2 * 64 * 3 * 224 * 224 * 4))
-        self.assertIn("what if prefetch=on: ", text)
-        self.assertIn("given the 64 MiB more memory it needs", text)
+        self.assertIn("what if prefetch=on: ", analyze.text_report(rep))
+        self.assertIn("given the 64 MiB more memory it needs", analyze.text_report(rep))
+        self.assertNotIn("prefetch on", (rep["advice"].get("without_hardware") or {}).get("change", ""))
 
     def test_offered_where_it_fits(self):
-        # The same job with 1 GiB of room and no memory stall: prefetch fits
-        # and is offered with the hardware it has.
+        # The same job with 1 GiB of room and no memory stall: two workers
+        # more fit and are offered with the hardware it has; so does
+        # prefetch.
         recs = part7(asis_psi=(0, 0), warm_psi=(0, 0), room_min=1 << 30, refaults=0, faults=0)
-        rep = report(recs, "prefetch=on")
+        rep = report(recs, "prefetch=on", "workers=4")
         a = rep["advice"]
         self.assertTrue(a["hardware"])
-        self.assertIn("prefetch on", a["without_hardware"]["change"])
+        self.assertEqual(a["without_hardware"]["change"], "4 DataLoader workers")
         self.assertFalse(a["without_hardware"]["hardware"])
-        pf = [w for w in rep["what_if"] if w.get("requested")][0]
-        self.assertTrue(pf["fits"])
+        self.assertIn("with the hardware it has: 4 DataLoader workers -> ", analyze.text_report(rep))
+        pf, w4 = [w for w in rep["what_if"] if w.get("requested")]
+        self.assertTrue(pf["fits"] and w4["fits"])
         self.assertEqual(pf["memory_needed_bytes"], 0.0)
         self.assertIsNone(rep["model"]["cache_fits_up_to"])             # 1 GiB holds the other half
 
