@@ -5,8 +5,8 @@ that is missing, drawn again by matplotlib).
 Two panels: predicted epoch seconds against cache size (% of the data; the
 MinIO cache and the kernel's page cache) and against DataLoader workers
 (on the CPUs there are, and with a core per worker), each with the job's
-measured epoch marked where it was measured. Cache sizes the job's memory
-cannot hold are shaded.
+measured epoch marked where it was measured. Cache sizes and worker
+counts the job's memory cannot hold are shaded.
 
 DESIGN: every element is placed in the drawing's own coordinates (no
 nested transforms), so that tests/python/test_plot.py can check what a
@@ -77,10 +77,13 @@ def _series(rep):
             if r["cache_kind"] == "minio" and (r.get("memory_needed_bytes") or 0) > 0:
                 short.append(r["cache"])
     workers = {"on these CPUs": [], "a core per worker": []}
+    fit_w, short_w = [], []
     for r in wi:
         if "workers" in r and "cache" not in r and not r.get("requested"):
             key = "a core per worker" if "cores" in r else "on these CPUs"
             workers[key].append((r["workers"], r["predicted_epoch_seconds"]))
+            if key == "on these CPUs":
+                (short_w if (r.get("memory_needed_bytes") or 0) > 0 else fit_w).append(r["workers"])
     measured_cache = measured_workers = None
     if rep.get("epoch_seconds") is not None and mod.get("cache_fraction") is not None:
         measured_cache = (min(100.0, 100 * mod["cache_fraction"]), rep["epoch_seconds"])
@@ -90,7 +93,13 @@ def _series(rep):
     # does not (a bigger cache needs more still).
     fits = mod.get("cache_fits_up_to")
     shade_from = 100 * fits if fits is not None else (min(short) if short else None)
-    return cache, workers, measured_cache, measured_workers, shade_from
+    # And the worker counts that need more: from the most that fit below
+    # the first that does not (more workers need more memory still).
+    shade_w = None
+    if short_w:
+        below = [w for w in fit_w if w < min(short_w)]
+        shade_w = max(below) if below else min(short_w)
+    return cache, workers, measured_cache, measured_workers, (shade_from, shade_w)
 
 
 def _text(out, x, y, s, size=FONT, anchor="start", color=None, cls=None, rotate=False, halo=False):
@@ -219,7 +228,7 @@ def _panel(out, x0, title, xlabel, series, point, ticks, decimals, xticks, xmin,
 
 
 def svg(rep):
-    cache, workers, mc, mw, shade_from = _series(rep)
+    cache, workers, mc, mw, (shade_from, shade_w) = _series(rep)
     ys = [y for s in list(cache.values()) + list(workers.values()) for _, y in s]
     ys += [p[1] for p in (mc, mw) if p]
     ticks, decimals = nice_ticks(max(ys) * 1.05 if ys else 1.0)
@@ -236,7 +245,7 @@ def svg(rep):
         step = nice_ticks(hi - lo, 6)[0][1]
         xt = [lo] + [x for x in range(int(math.ceil(lo / step) * step), int(hi) + 1, int(step)) if x > lo]
     bottom = max(bottom, _panel(body, LEFT + PANEL_W + GAP, "vs DataLoader workers", "workers", workers, mw,
-                                ticks, decimals, xt, lo, hi))
+                                ticks, decimals, xt, lo, hi, shade_w))
     h = bottom + 4
     out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif">' % (W, h),
            '<rect width="100%" height="100%" fill="white"/>']
@@ -271,7 +280,7 @@ def write(path, rep):
     except ImportError:
         raise RuntimeError("PNG needs rsvg-convert (librsvg2-bin) or matplotlib, and neither is installed; "
                            "write .svg instead")
-    cache, workers, mc, mw, shade_from = _series(rep)
+    cache, workers, mc, mw, (shade_from, shade_w) = _series(rep)
     names = {"minio": "epochfs (MinIO cache)", "pagecache": "page cache (LRU)"}
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4.2))
     for ax, series, point in ((a, {names.get(k, k): v for k, v in sorted(cache.items())}, mc), (b, workers, mw)):
@@ -290,6 +299,10 @@ def write(path, rep):
     if shade_from is not None:
         a.axvspan(shade_from, 100, color=SHADE, label="more memory than the job has")
         a.legend()
+    if shade_w is not None:
+        b.axvspan(shade_w, max(x for pts in workers.values() for x, _ in pts), color=SHADE,
+                  label="more memory than the job has")
+        b.legend()
     a.set_xlabel("cache (% of the data)")
     b.set_xlabel("DataLoader workers")
     fig.tight_layout()

@@ -151,11 +151,18 @@ class Plot(unittest.TestCase):
             self.assertIn("measured (the job as it is)", legend)
         names = [p.get("data-name") for p in root.iter(NS + "path")]
         self.assertEqual(names[:2], ["epochfs (MinIO cache)", "page cache (LRU)"])
-        # The cache sizes the memory cannot hold are shaded, from the
-        # measured cache on (the job is at its limit), and in the legend.
-        shade = [r for r in root.iter(NS + "rect") if r.get("class") == "shade"]
-        self.assertEqual(len(shade), 1)
-        self.assertIn("more memory than the job has", [t.text for t in root.iter(NS + "text")])
+        # The cache sizes and worker counts the memory cannot hold are
+        # shaded, from the measured ones on (the job is at its limit, and a
+        # third worker needs memory), each in its panel's legend.
+        for g in panels(root):
+            shade = [r for r in g.iter(NS + "rect") if r.get("class") == "shade"]
+            self.assertEqual(len(shade), 1)
+            frame = [r for r in g.iter(NS + "rect") if r.get("stroke")][0]
+            dot = [c for c in g.iter(NS + "circle") if c.get("class") == "measured"][0]
+            self.assertAlmostEqual(float(shade[0].get("x")), float(dot.get("cx")), delta=0.1)
+            self.assertAlmostEqual(float(shade[0].get("x")) + float(shade[0].get("width")),
+                                   float(frame.get("x")) + float(frame.get("width")), delta=0.1)
+            self.assertIn("more memory than the job has", [t.text for t in g.iter(NS + "text")])
 
     @unittest.skipUnless(shutil.which("rsvg-convert"), "rsvg-convert is not installed (librsvg2-bin)")
     def test_png(self):
