@@ -1144,12 +1144,17 @@ def text_report(rep, verbose=False):
                      "the normalizing kernel %.0f batches/s"
                      % (g.get("device_name"), g["bytes"] / 1e6, 1e3 * g["h2d_pinned_s"], g["h2d_pinned_gbps"],
                         1e3 * g["h2d_pageable_s"], g["h2d_pageable_gbps"], g["kernel_batches_per_s"]))
-        elif g:
-            L.append("GPU: none here (%s)" % g.get("reason"))
         if g.get("modelled_steps_per_s"):
-            L.append("     the what-ifs model the training step at %g steps/s (--gpu-rate)" % g["modelled_steps_per_s"])
-        elif g and not g.get("available"):
-            L.append("     the what-ifs take the compute measured here; --gpu-rate R models a GPU's steps/s")
+            gpu_how = "the what-ifs model the training step at %g steps/s (--gpu-rate)" % g["modelled_steps_per_s"]
+        else:
+            gpu_how = "the what-ifs take the compute measured here (--gpu-rate R models a GPU's steps/s)"
+        if g.get("available"):
+            if g.get("modelled_steps_per_s"):
+                L.append("     " + gpu_how)
+        elif g:
+            # One line; why there is none (no driver, no device) only with --verbose.
+            L.append("GPU: none here%s; %s" % (" (%s)" % g.get("reason") if verbose and g.get("reason") else "",
+                                              gpu_how))
         a = rep.get("advice")
         if a:
             L.append("most help: %s -> %.2f s per epoch (%.2fx)" % (a["change"], a["predicted_epoch_seconds"],
@@ -1240,10 +1245,9 @@ def main(argv=None):
                 # More workers than the job chose is the analyzer's doing:
                 # its failure (memory, most likely) fails nothing else.
                 notes.append("the crowd run (%d workers on %d CPU%s) exited %d%s; workers past the CPUs are "
-                             "modelled at no extra cost" % (crowd["workers"], crowd["cpus"],
-                                                            "" if crowd["cpus"] == 1 else "s", rc,
-                                                            " (killed: most likely short of memory)"
-                                                            if rc in (137, -9) else ""))
+                             "modelled at no extra cost (--runs as-is,warm,compute leaves that run out)"
+                             % (crowd["workers"], crowd["cpus"], "" if crowd["cpus"] == 1 else "s", rc,
+                                " (killed: most likely short of memory)" if rc in (137, -9) else ""))
                 continue
             results[mode] = (rc, recs)
             if rc != 0:

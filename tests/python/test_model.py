@@ -490,8 +490,8 @@ class Report(unittest.TestCase):
         self.assertAlmostEqual(asked["predicted_epoch_seconds"] - rep["model"]["startup_seconds"], 50.0, places=3)
         self.assertAlmostEqual(rep["compute_seconds"], 0.49, places=6)   # measured, unchanged
         text = analyze.text_report(rep)
-        self.assertIn("GPU: none here (no CUDA device)", text)
-        self.assertIn("2 steps/s (--gpu-rate)", text)
+        self.assertIn("GPU: none here; the what-ifs model the training step at 2 steps/s (--gpu-rate)", text)
+        self.assertIn("GPU: none here (no CUDA device); ", analyze.text_report(rep, verbose=True))
         o = analyze.parse_args(["--gpu-rate", "4", "/d", "--", "x"])
         self.assertEqual(o["gpu_rate"], 4.0)
         for bad in ("0", "-1", "fast", "inf"):
