@@ -15,7 +15,8 @@ set -eu
 build="build-essential pkg-config libfuse3-dev fuse3 liburing-dev libxxhash-dev
        libturbojpeg0-dev libjpeg62-turbo-dev libsodium-dev python3 meson ninja-build libnuma-dev"
 test="libcriterion-dev fio procps clang libclang-rt-14-dev iproute2 util-linux nftables
-      python3-torchvision python3-numpy python3-pil python3-venv python3-yaml groff-base man-db"
+      python3-torchvision python3-numpy python3-pil python3-venv python3-yaml groff-base man-db
+      librsvg2-bin"
 case ${1:-test} in
 build) pkgs=$build ;;
 test) pkgs="$build $test" ;;

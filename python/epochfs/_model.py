@@ -40,7 +40,9 @@ the ratio of the two phases' step times); without one, k is 0.
 
 With prefetch (the order told, epochfs-run), storage waits leave the
 workers' cycle and overlap everything: X is the CPU-only network's, and
-the storage bound N*m remains. Without workers, the main process prepares
+the storage bound N*m remains. Its staging is carved out of a RAM cache
+that cannot hold the dataset (min(--prefetch-mem, a quarter of the
+cache)): the cache holds that much less, and hits that much less. Without workers, the main process prepares
 and fetches in line: epoch = S*c + N*(q + t + r + (1 - phi)*m) (prefetch:
 max(S*c + N*(q + t + r), N*m)).
 
@@ -62,8 +64,34 @@ the job itself has more workers than cores); then phi, the storage bandwidth bei
 gives the measured as-is epoch. An as-is epoch slower than phi = 0 allows
 lowers the bandwidth instead (B_eff < B: the storage delivered less than
 its probe); one faster than phi = 1 allows scales t down. A scenario's
-storage speed scales B_eff by scenario/probed. docs/analyze.md has the
-model's assumptions and its measured error. Standard library only.
+storage speed scales B_eff by scenario/probed.
+
+Memory. A job short of memory loses time the queueing network does not
+see: its tasks reclaim pages, and wait for pages of their own (a
+library's, a batch's) read back after the kernel evicted them. That time
+is measured (analyze.memory_of: the pressure stall figures over a run) and
+added to the epoch as M, the as-is run's memory stall. It depends on the
+memory a scenario leaves the job:
+  need  bytes the scenario needs beyond what the job holds now: a bigger
+        cache (in the job's memory cgroup when the daemon shares it, or
+        the page cache is the cache; else in the daemon's), prefetch's
+        staging where the mount has no RAM cache (with one, staging is
+        carved out of --cache-size and the cache holds that much less:
+        staging_share()), each worker more (its own memory and two
+        batches);
+        fewer workers, or a smaller cache, give memory back;
+  spare the job's room now (0 when it is short of memory), plus the
+        memory the scenario adds (memory=+X), less its need;
+  M'  = M * max(0, 1 - spare / S), S the memory the job is short of now
+        (analyze.memory_of): M where the scenario uses all that is added,
+        0 once S more is spare. A job not short of memory (S = 0) keeps M
+        (under the noise floor, 0).
+A scenario whose need is more than the room (and the memory it adds)
+does not fit: memory_needed() says how much more it needs, and the
+prediction is for the job given that memory (spare = 0), never for a job
+squeezed further: the model has no figure for a squeeze it did not see.
+docs/analyze.md has the model's assumptions and its measured error.
+Standard library only.
 """
 import random
 
@@ -166,14 +194,30 @@ class Profile:
         self.bw_scale = 1.0         # B_eff / B probed (calibrate())
         self.cpu_scale = 1.0        # measured / modelled CPU-side time (calibrate())
         self.crowd = 0.0            # k: CPU per item grows by k * (W - C) / C past C workers
+        # Memory (see the module's text). The as-is job's: its stall and
+        # what it is short of, the room it had (None: unknown, plenty), the
+        # daemon's room when the daemon has a cgroup of its own, what one
+        # more worker and prefetch's staging take, and the configuration
+        # those were measured in (cache, kind, workers, prefetch).
+        self.memory_stall = 0.0     # M, s per epoch
+        self.mem_short = 0.0        # S, bytes
+        self.mem_room = None        # the job's room, bytes
+        self.daemon_room = None     # the daemon's, when not in the job's cgroup
+        self.daemon_shared = True   # the daemon's memory counts in the job's cgroup
+        self.data_bytes = items * bytes_per_item
+        self.worker_bytes = 0.0
+        self.staging_bytes = 64 << 20
+        self.mem_added = 0.0        # a scenario's memory=+X, bytes
+        self.mem_total = None       # the memory the job may use in all now (memory=SIZE), bytes
+        self.mem_base = (cache_frac, cache_kind, workers, prefetch)
 
     def scenario(self, **kw):
         """A copy with the scenario's keys changed: cache (fraction of D),
         workers, cores, storage (bytes/s), nodes, jobs, prefetch,
-        cache_kind."""
+        cache_kind, memory (bytes added to the job's, mem_added)."""
         p = Profile.__new__(Profile)
         p.__dict__.update(self.__dict__)
-        names = {"cache": "cache_frac", "storage": "storage_bps"}
+        names = {"cache": "cache_frac", "storage": "storage_bps", "memory": "mem_added"}
         for k, v in kw.items():
             k = names.get(k, k)
             if k not in p.__dict__:
@@ -183,16 +227,109 @@ class Profile:
                 p.measured_hit = None
         return p
 
+    def staging_share(self):
+        """Bytes of the RAM cache's budget that prefetch's staging takes
+        with this cache: while a job sends its order and the cache cannot
+        hold the dataset, the daemon carves min(--prefetch-mem, a quarter
+        of --cache-size) out of it (docs/prefetch.md); a cache that holds
+        the dataset lends staging only what it has not filled, nothing
+        once full. Whether prefetch is on or not: hit() and
+        _memory_needs() ask."""
+        if self.cache_kind != "minio" or self.data_bytes <= 0:
+            return 0.0
+        cap = max(0.0, self.cache_frac) * self.data_bytes
+        if cap <= 0 or cap >= self.data_bytes:
+            return 0.0
+        return min(self.staging_bytes, cap / 4)
+
     def hit(self):
+        carve = self.staging_share() / self.data_bytes if self.data_bytes > 0 else 0.0
         if self.measured_hit is not None:
-            return self.measured_hit
-        f = max(0.0, self.cache_frac)
+            # The cache as measured (the same size): its hits with staging's
+            # share taken out, or given back, where prefetch changes.
+            pf0 = self.mem_base[3]
+            h = self.measured_hit - (carve if self.prefetch and not pf0 else 0.0) \
+                + (carve if pf0 and not self.prefetch else 0.0)
+            return max(0.0, min(1.0, h))
+        f = max(0.0, self.cache_frac - (carve if self.prefetch else 0.0))
         if self.cache_kind == "pagecache":
             return lru_hit(f)
         return min(1.0, f * max(1, self.nodes))
 
+    def _memory_needs(self):
+        """(bytes more the job's memory cgroup must hold, bytes more the
+        daemon's must) in this scenario than in the configuration measured;
+        negative where it gives memory back."""
+        f0, kind0, w0, pf0 = self.mem_base
+        job = daemon = 0.0
+
+        def put(kind, nbytes):
+            nonlocal job, daemon
+            if kind == "pagecache" or self.daemon_shared:
+                job += nbytes
+            else:
+                daemon += nbytes
+        if (self.cache_frac, self.cache_kind) != (f0, kind0):
+            put(kind0, -max(0.0, min(1.0, f0)) * self.data_bytes)
+            put(self.cache_kind, max(0.0, min(1.0, self.cache_frac)) * self.data_bytes)
+        if self.prefetch and not pf0 and not (self.cache_kind == "minio" and self.cache_frac > 0):
+            # Staging beside no RAM cache: --prefetch-mem more. With one,
+            # staging lives inside --cache-size (staging_share()).
+            put("minio", self.staging_bytes)
+        job += (self.workers - w0) * self.worker_bytes
+        return job, daemon
+
+    def memory_needed(self):
+        """Bytes of memory this scenario needs beyond what the job and the
+        daemon have now and the memory it adds (memory=+X): 0 where it fits."""
+        job, daemon = self._memory_needs()
+        room = float("inf") if self.mem_room is None else (0.0 if self.mem_short > 0 else self.mem_room)
+        droom = float("inf") if self.daemon_room is None else self.daemon_room
+        return max(0.0, job - room - self.mem_added) + max(0.0, daemon - droom)
+
+    def memory_spare(self):
+        """Bytes the job's cgroup has to spare in this scenario (0 where it
+        does not fit: the prediction gives it what it needs, no more)."""
+        job, _ = self._memory_needs()
+        room = float("inf") if self.mem_room is None else (0.0 if self.mem_short > 0 else self.mem_room)
+        return max(0.0, room + self.mem_added - job)
+
+    def memory_for_all(self):
+        """memory=+X for the whole dataset in memory beside the job (cache
+        = 100%): the cache's growth where it does not fit, and what the job
+        is short of now."""
+        p = self.scenario(cache_frac=1.0, cache_kind="minio" if self.mem_base[1] == "minio" else "pagecache")
+        return p.memory_needed() + self.mem_short
+
+    def cache_fits_up_to(self):
+        """The largest cache (a fraction of the data, of the kind measured)
+        the memory the job and the daemon have now can hold, or None where
+        the whole dataset fits."""
+        kind = self.mem_base[1]
+
+        def short(f):
+            return self.scenario(cache_frac=f, cache_kind=kind).memory_needed() > 0
+        if not short(1.0):
+            return None
+        lo, hi = max(0.0, min(1.0, self.mem_base[0])), 1.0
+        if short(lo):
+            return lo
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            lo, hi = (lo, mid) if short(mid) else (mid, hi)
+        return lo
+
+    def memory_stall_seconds(self):
+        """M' for this scenario (see the module's text)."""
+        if self.memory_stall <= 0:
+            return 0.0
+        if self.mem_short <= 0:
+            return self.memory_stall
+        return self.memory_stall * max(0.0, 1.0 - self.memory_spare() / self.mem_short)
+
     def parts(self):
-        """(epoch seconds, dict of the bounds) for this scenario."""
+        """(epoch seconds, dict of the bounds) for this scenario; the
+        memory stall adds to the largest bound and is not one itself."""
         jobs = max(1, self.jobs)
         bw = self.storage_bps * self.bw_scale
         m = (1.0 - self.hit()) * self.bytes_per_item / bw / jobs if bw > 0 else float("inf")
@@ -218,16 +355,17 @@ class Profile:
             x = mva_throughput(self.workers, q + t * share, min(cores, self.workers),
                                0.0 if self.prefetch else m_seen)
             bounds["pipeline"] = N / x if x > 0 else float("inf")
-        return self.startup + max(bounds.values()), bounds
+        return self.startup + max(bounds.values()) + self.memory_stall_seconds(), bounds
 
     def epoch_seconds(self):
         return self.parts()[0]
 
     def _fit_cpu(self, warm_seconds):
-        """cpu_scale: the model's epoch with every item a hit and nothing
-        read through the mount is the warm run's."""
+        """cpu_scale: the model's epoch with every item a hit, nothing read
+        through the mount and no memory stall is WARM_SECONDS (the warm
+        run's epoch less its own memory stall)."""
         if warm_seconds:
-            warm = self.scenario(cache_frac=1.0, cache_kind="minio", nodes=1, via_mount=False)
+            warm = self.scenario(cache_frac=1.0, cache_kind="minio", nodes=1, via_mount=False, memory_stall=0.0)
             got = warm.epoch_seconds()
             if got > 0 and warm.startup < warm_seconds:
                 b = warm.parts()[1]
@@ -237,7 +375,7 @@ class Profile:
                     # process's CPU is not scaled): a second step closes the rest.
                     for _ in range(2):
                         b = self.scenario(cache_frac=1.0, cache_kind="minio", nodes=1,
-                                          via_mount=False).parts()[1]
+                                          via_mount=False, memory_stall=0.0).parts()[1]
                         cpu_side = max(b["cpu"], b["pipeline"])
                         if cpu_side <= 0:
                             break
@@ -246,7 +384,8 @@ class Profile:
 
     def calibrate(self, warm_seconds=None, asis_seconds=None, crowd=None):
         """Anchors the model to the runs measured: the CPU side to the warm
-        run (all hits, no mount costs), k to the crowd run (CROWD: a dict
+        run (all hits, no mount costs, its memory stall taken off by the
+        caller), k to the crowd run (CROWD: a dict
         of its workers, its pinned phases' cores and the full ones'
         (cores_full), and the ratio of a pinned step's time to a full
         one's), then the overlap phi (else the storage
@@ -257,7 +396,8 @@ class Profile:
             def warm_at(k):
                 def at(cores):
                     return self.scenario(cache_frac=1.0, cache_kind="minio", nodes=1, via_mount=False,
-                                         workers=crowd["workers"], cores=cores, crowd=k).epoch_seconds()
+                                         workers=crowd["workers"], cores=cores, crowd=k,
+                                         memory_stall=0.0).epoch_seconds()
                 # The phases' steps, without the start-up: their ratio.
                 return (at(crowd["cores"]) - self.startup) / max(1e-9, at(crowd["cores_full"]) - self.startup)
             t2 = crowd["ratio"]

@@ -179,6 +179,23 @@ ALTERNATE = Kind(None, "the crowd run's two phases", [
     Field("pinned_seconds", "num", "their seconds"),
 ])
 
+MEMORY = Kind(None, "the job's memory at one moment (_memory.snapshot)", [
+    Field("version", "int?", "its memory cgroup's version, 1 or 2; null: none readable"),
+    Field("dir", "str?", "that cgroup's directory"),
+    Field("limit", "num?", "its limit, bytes; null: none"),
+    Field("usage", "num?", "its usage, bytes (page cache included)"),
+    Field("unmapped_file", "num?", "of it, file pages no process maps (the kernel drops them first)"),
+    Field("major_faults", "num?", "memory.stat's major faults so far, the whole cgroup"),
+    Field("refaults", "num?", "memory.stat's refaults so far: pages read back soon after eviction"),
+    Field("available", "num?", "the machine's MemAvailable, bytes"),
+    Field("room", "num?", "bytes the job could still be given (_memory.room)"),
+    Field("psi_scope", "str?", "whose pressure stall figures: cgroup (the job's v2 directory) or machine",
+          choices=("cgroup", "machine")),
+    Field("psi_dir", "str?", "that v2 directory"),
+    Field("psi_some_us", "num?", "microseconds so far in which some task waited for memory"),
+    Field("psi_full_us", "num?", "microseconds so far in which every task that could run waited for memory"),
+])
+
 WINDOW = Kind("window", "the measured totals, once, when the window ends", _COMMON + [
     Field("mode", "str", "the run's mode", choices=MODES),
     Field("complete", "bool", "the window ran all its epochs or steps"),
@@ -201,6 +218,16 @@ WINDOW = Kind("window", "the measured totals, once, when the window ends", _COMM
     Field("first_step_compute", "num?", "its first step's compute; null: it had none"),
     Field("batch_shape", "list?", "the dimensions of the first batch's first tensor; null: no tensor"),
     Field("batch_dtype", "str?", "its element type (float32, uint8...)"),
+    Field("memory_before", "dict?", "the job's memory at its start (past the warm run's copying)",
+          required=False, sub=MEMORY),
+    Field("memory_after", "dict?", "the same at its end", required=False, sub=MEMORY),
+    Field("memory_room_min", "num?", "the least room the job had in it, bytes (sampled every 16 steps)",
+          required=False),
+    Field("major_faults", "int?", "major faults of the main process and its workers in it", required=False),
+    Field("daemon_rss_bytes", "num?", "the mount's daemon's resident memory at its end; null: no mount",
+          required=False),
+    Field("daemon_memory_shared", "bool?", "the daemon's memory counts in the job's memory cgroup",
+          required=False),
     Field("steady_seconds", "num", "seconds past the first SKIP steps (when it had more)", required=False),
     Field("steady_steps", "int", "steps past them", required=False),
     Field("startup_seconds", "num", "seconds to the end of the first SKIP steps", required=False),

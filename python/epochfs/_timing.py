@@ -40,8 +40,11 @@ Records go, one JSON object a line, to EPOCHFS_ANALYZE_OUT (appended);
 their kinds and fields are declared in _records.py: "start" (the loader's
 shape and a sample of its files), "warm", "epoch" (every epoch, measured
 or not), "window" (the measured totals, with the CPU seconds of the
-loader's workers and the main process, and the mount's counters before
-and after when EPOCHFS_ANALYZE_MOUNT is set).
+loader's workers and the main process, the mount's counters before and
+after when EPOCHFS_ANALYZE_MOUNT is set, and the job's memory: its memory
+cgroup and the pressure stall figures at each end of the window, the least
+room seen in between, the major faults of the main process and its
+workers, and the epochfs daemon's resident memory).
 
 In as-is mode nothing here draws from any random stream, and no batch,
 index or value the job sees changes. The warm run takes the measured
@@ -440,9 +443,11 @@ class Timer:
             steps = max(1, steps)
         self.step_limit = steps
         dt = time.perf_counter() - t0
-        # The warming is not the job's: the epoch and the window start after it.
+        # The warming is not the job's: the epoch and the window start after
+        # it, and so do the window's memory readings.
         self.cur["t0"] += dt
         self.win["t0"] += dt
+        self._memory_mark(it)
         self._write(_records.WARM, mapped=True, files=copies, bytes=nbytes, steps=steps, items=len(window),
                     seconds=dt, of_steps=len(indices), method=method)
 
@@ -533,10 +538,12 @@ class Timer:
             self.win["steps"] += 1
             if self.win["steps"] % 16 == 1:
                 # A worker's memory, at its largest seen (the workers are
-                # gone once an epoch ends): what one more would need.
+                # gone once an epoch ends): what one more would need. And
+                # the job's room at its tightest (batches come and go).
                 m = self._worker_private(it)
                 if m is not None:
                     self.win["worker_private"] = max(m, self.win.get("worker_private") or 0)
+                self._room_seen(_memory.room())
             if self.win["steps"] == self.win["skip"]:
                 # The first batches come out of the workers together, one
                 # each: past them, the loader runs at its steady rate.
@@ -586,6 +593,31 @@ class Timer:
                 pass
         return sum(got) / len(got) if got else None
 
+    def _room_seen(self, room):
+        if room is not None and (self.win.get("room_min") is None or room < self.win["room_min"]):
+            self.win["room_min"] = room
+
+    @staticmethod
+    def _faults_now(it):
+        """Major faults so far: this process's, its reaped children's, and
+        each live worker's."""
+        me = _memory.faults() or (0, 0)
+        workers = {}
+        for pid in _worker_pids(it):
+            f = _memory.faults(pid)
+            if f is not None:
+                workers[pid] = f[0]
+        return {"self": me[0], "children": me[1], "workers": workers}
+
+    def _memory_mark(self, it):
+        """The window's memory readings start here (again): at its start,
+        and past the warm run's copying, which is not the job's."""
+        snap = _memory.snapshot()
+        self.win["mem0"] = snap
+        self.win["faults0"] = self._faults_now(it)
+        self.win["room_min"] = None
+        self._room_seen(snap.get("room"))
+
     def _cpu_now(self, it):
         t = os.times()
         workers = {}
@@ -603,6 +635,7 @@ class Timer:
                     "stats0": _mount_stats(self.mount),
                     "skip": max(1, getattr(loader, "num_workers", 0) or 0), "first_epoch": self.epoch}
         self.win["daemon_cpu0"] = self._daemon_cpu(self.win["stats0"])
+        self._memory_mark(it)
 
     def _restart_window(self, t):
         """compute mode: the window starts once the replay batches are taken."""
@@ -614,6 +647,7 @@ class Timer:
         self.win["skip"] = 0                # replayed steps have no start-up
         self.win.pop("first_compute", None)
         self.win["steady_t0"] = t
+        self._memory_mark(self.cur["it"]())
         # Within this epoch: a next epoch's iterator would start workers
         # again, and the compute per step needs no more than one epoch.
         n = _length(self.cur["it"](), 1)
@@ -661,6 +695,15 @@ class Timer:
                    "pinned_steps": a["acc"]["pinned"][0], "pinned_seconds": a["acc"]["pinned"][1]}
         stats1 = _mount_stats(self.mount)
         d1 = self._daemon_cpu(stats1)
+        mem1 = _memory.snapshot()
+        self._room_seen(mem1.get("room"))
+        f0, f1 = win["faults0"], self._faults_now(it)
+        # Reaped workers' faults are in "children" whole: those counted
+        # at the start come off again.
+        faults = (f1["self"] - f0["self"]) + (f1["children"] - f0["children"])
+        faults += sum(n - f0["workers"].get(pid, 0) for pid, n in f1["workers"].items())
+        faults -= sum(n for pid, n in f0["workers"].items() if pid not in f1["workers"])
+        dpid = int((stats1 or {}).get("daemon_pid") or 0)
         eps = win["epochs"]
         wait = sum(e["wait"] for e in eps)
         steps = sum(e["steps"] for e in eps)
@@ -683,7 +726,10 @@ class Timer:
                     stats_before=win["stats0"], stats_after=stats1, skip=win["skip"],
                     first_step_compute=win.get("first_compute"), first_epoch=win["first_epoch"],
                     batch_shape=self.batch_shape[0] if self.batch_shape else None,
-                    batch_dtype=self.batch_shape[1] if self.batch_shape else None, **steady)
+                    batch_dtype=self.batch_shape[1] if self.batch_shape else None,
+                    memory_before=win["mem0"], memory_after=mem1, memory_room_min=win.get("room_min"),
+                    major_faults=max(0, faults), daemon_rss_bytes=_memory.rss(dpid) if dpid else None,
+                    daemon_memory_shared=_memory.same_cgroup(dpid) if dpid else None, **steady)
         if self.exit_when_done:
             self._exit(it)
 

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # epochfs-analyze over a real mount with an unmodified torchvision job: its
 # options (bad ones refused with one line and status 2), the four runs and
-# the JSON schema (the breakdown, the mount's counters, the storage probed
-# through the daemon's SOURCE, every requested what-if answered), the SVG
-# plot, a COMMAND that fails: its status passes through and the report
-# says what was measured before, and a job whose sampler has no length: no
-# run drains it. Skipped without python3-torchvision.
+# the JSON schema (the breakdown with its memory stall, the job's memory,
+# the mount's counters, the storage probed through the daemon's SOURCE,
+# every requested what-if answered), the SVG plot, the report of a small
+# job (12 steps: no noise shown as a stall, no crowd run and no note a user
+# cannot act on, the what-ifs echoed as the user writes them), a COMMAND
+# that fails: its status passes through and the report says what was
+# measured before, and a job whose sampler has no length: no run drains
+# it. Skipped without python3-torchvision.
 . "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3
 $PY -c 'import torch, torchvision' 2>/dev/null || skip "python3-torchvision is not installed"
@@ -15,7 +18,8 @@ JOB="$(dirname "$0")/analyze_job.py"
 
 "$AN" --help | grep -q "what-if" || fail "epochfs-analyze --help"
 for bad in "" "--epochs 0 $T -- true" "--bogus $T -- true" "--what-if colour=red $T -- true" \
-	"--what-if cache $T -- true" "--runs cold $T -- true" "--plot x.pdf $T -- true" "$T"; do
+	"--what-if cache $T -- true" "--what-if memory=lots $T -- true" "--runs cold $T -- true" \
+	"--plot x.pdf $T -- true" "$T"; do
 	# shellcheck disable=SC2086
 	"$AN" $bad > /dev/null 2> "$T/e"; rc=$?
 	[ $rc = 2 ] || fail "epochfs-analyze $bad: exit $rc, expected 2"
@@ -24,7 +28,8 @@ done
 "$AN" "$T/nope" -- true 2> "$T/e"; [ $? = 2 ] && grep -q "not a directory" "$T/e" || fail "a missing DATADIR"
 ok "bad options refused with one line, status 2"
 
-"$GEN" "$T/src" --files 96 --classes 3 --seed 4 > /dev/null || fail "gen"
+# 352 files, 44 steps of 8: enough for the crowd run's ratio (42 steps).
+"$GEN" "$T/src" --files 352 --classes 3 --seed 4 > /dev/null || fail "gen"
 D=$(du -sb --apparent-size "$T/src" | cut -f1)
 mount_ep "$T/src" "$T/m" --cache-size $((D / 2))B
 [ "$(stat_of "$T/m" daemon_pid)" = "$EP_PID" ] || fail "stats.json daemon_pid"
@@ -37,16 +42,26 @@ grep -q "analyze_job: done" "$T/out" && fail "a run was not stopped after its wi
 $PY - "$T/r.json" <<'PYEOF' || fail "the JSON report: $(cat "$T/r.json")"
 import json, sys
 r = json.load(open(sys.argv[1]))
-for k in ("epoch_seconds", "compute_seconds", "prep_stall_seconds", "fetch_stall_seconds"):
+for k in ("epoch_seconds", "compute_seconds", "prep_stall_seconds", "fetch_stall_seconds", "memory_stall_seconds"):
     assert isinstance(r[k], float) and r[k] >= 0, k
 assert r["epoch_seconds"] > 0
+parts = sum(r[k] for k in ("compute_seconds", "prep_stall_seconds", "fetch_stall_seconds", "memory_stall_seconds"))
+assert abs(parts - r["epoch_seconds"]) < 1e-6 * r["epoch_seconds"] + 0.02 * r["epoch_seconds"], (parts, r)
+assert r["noise_floor_seconds"] > 0 and set(r["none_measurable"]) <= {"prep", "fetch", "memory"}, r
+m = r["memory"]         # the job's memory, read by the timer inside it
+assert m["psi_scope"] in ("cgroup", "machine", None), m
+assert m["room_min_bytes"] > 0 and m["major_faults_per_epoch"] >= 0, m
+assert m["daemon_rss_bytes"] > 0 and m["daemon_in_job_cgroup"] in (True, False), m
+assert r["all_in_memory"]["predicted_epoch_seconds"] > 0, r["all_in_memory"]
+for w in r["what_if"]:
+    assert w["memory_needed_bytes"] >= 0 and isinstance(w["fits"], bool), w
 # The job has 1 worker: the crowd run gives it a second one (where it fits
 # in memory), both pinned to 1 CPU.
 assert set(r["measured"]) == {"as-is", "warm", "compute", "crowd"}, r["measured"]
 cw = r["model"]["crowd_workers"]
 assert cw is None or (cw, r["model"]["crowd_cpus"]) == (2, 1), r["model"]
 assert r["model"]["crowd"] >= 0.0 and (cw or r["model"]["crowd"] == 0.0), r["model"]
-assert r["job"]["items_per_epoch"] == 96 and r["job"]["steps_per_epoch"] == 12, r["job"]
+assert r["job"]["items_per_epoch"] == 352 and r["job"]["steps_per_epoch"] == 44, r["job"]
 assert r["storage_mbps_probed"] > 0, "storage not probed"
 assert r["mount"]["storage_bytes_per_epoch"] >= 0
 assert r["model"]["cache_kind"] == "minio" and 0.4 < r["model"]["cache_fraction"] < 0.6, r["model"]
@@ -74,10 +89,52 @@ assert b["epoch_seconds"] == a["epoch_seconds"] and b["model"]["model_compute_pe
 PYEOF
 "$AN" --from "$T/nope.json" > /dev/null 2> "$T/e"; [ $? = 2 ] && [ "$(wc -l < "$T/e")" = 1 ] ||
 	fail "--from a missing report: $(cat "$T/e")"
+# The model's inputs are --verbose's; the plain report leaves them out.
+grep -q "^model: " "$T/out" && fail "the model line without --verbose: $(cat "$T/out")"
+"$AN" -v --from "$T/r.json" > "$T/out2" 2> "$T/err" && grep -q "^model: preparing an item takes" "$T/out2" ||
+	fail "--verbose: $(cat "$T/out2" "$T/err")"
 ok "batch shape, GPU line, --from with --gpu-rate"
 $PY -c 'import sys, xml.etree.ElementTree as E; t = E.parse(sys.argv[1]); assert len([e for e in t.iter() if e.tag.endswith("path")]) >= 3' \
 	"$T/r.svg" || fail "the SVG plot"
 ok "four runs (crowd: 2 workers on 1 CPU), breakdown and what-ifs in JSON, storage probed through SOURCE, SVG plot"
+umount_ep
+
+# A small job, as a user would try one first: 96 files, 12 steps an epoch.
+"$GEN" "$T/small" --files 96 --classes 3 --seed 5 > /dev/null || fail "gen"
+DS=$(du -sb --apparent-size "$T/small" | cut -f1)
+mount_ep "$T/small" "$T/m" --cache-size $((DS / 2))B
+"$AN" --json "$T/s.json" --what-if cache=50%,storage=25 --what-if memory=+1G,prefetch=on "$T/m" -- $PY "$JOB" "$T/m" \
+	> "$T/out" 2> "$T/err" || fail "analyze, the small job: $(cat "$T/err")"
+grep -q "no crowd run: its window would be 12 steps, and a ratio takes 42" "$T/err" ||
+	fail "the crowd run: $(cat "$T/err")"
+grep -qi "crowd" "$T/out" && fail "a crowd line in the small job's report: $(cat "$T/out")"
+# Every note names what to do (an option to give); nothing the user cannot act on.
+grep "^note: " "$T/out" | grep -v -- "--[a-z]" && fail "a note with nothing to act on: $(cat "$T/out")"
+grep -q "what if cache=50%, storage=25MB/s: " "$T/out" && grep -q "what if memory=+1G, prefetch=on: " "$T/out" ||
+	fail "the what-ifs in the user's words: $(cat "$T/out")"
+grep "^what if" "$T/out" | grep -E "storage_mbps|cache_kind|minio|memory_added" && fail "internal names: $(cat "$T/out")"
+$PY - "$T/s.json" "$T/out" <<'PYEOF' || fail "the small job's report: $(cat "$T/out")"
+import json, re, sys
+r = json.load(open(sys.argv[1]))
+text = open(sys.argv[2]).read()
+assert "crowd" not in r["measured"] and r["model"]["crowd_skipped"], r["model"]
+# Where nothing was read from storage (the page cache above the mount holds
+# the data, as it does here): no fetch stall, whatever the two runs' drift.
+if r["mount"]["storage_bytes_per_epoch"] == 0:
+    assert r["fetch_stall_seconds"] == 0.0, r
+    assert re.search(r"^  fetch stall +none measurable \(nothing read from storage\)", text, re.M), text
+# A stall shown with a figure is at least the noise floor; the others say so.
+for name, key in (("prep stall", "prep_stall_seconds"), ("fetch stall", "fetch_stall_seconds"),
+                  ("memory stall", "memory_stall_seconds")):
+    line = [l for l in text.splitlines() if l.startswith("  " + name)][0]
+    if "none measurable" not in line:
+        assert r[key] >= r["noise_floor_seconds"], (line, r[key], r["noise_floor_seconds"])
+    else:
+        assert name.split()[0] in r["none_measurable"], (line, r["none_measurable"])
+PYEOF
+ok "a small job's report: no noise shown as a stall, no crowd run, every note actionable, the user's names"
+umount_ep
+mount_ep "$T/src" "$T/m" --cache-size $((D / 2))B
 
 "$AN" -q --storage-mbps 50 "$T/m" -- sh -c 'exit 5' > "$T/out" 2>&1; rc=$?
 [ $rc = 5 ] || fail "a failing COMMAND: exit $rc, expected 5"

@@ -3,8 +3,11 @@ v2, the hybrid layout (v1's memory controller beside an empty v2 line), a
 container that sees its own cgroup at the root, no limit, and nothing
 readable at all. The figures are small and exact, so each rule shows: the
 least of MemAvailable and every limited cgroup's room, file pages no
-process maps counted free. And the analyzer, which reads memory through
-this module, loads neither the timer nor the hook."""
+process maps counted free. The pressure readings (snapshot(): the
+cgroup's refaults and major faults, PSI of the job's own v2 cgroup or of
+the machine), a process's major faults and resident memory, and whether
+the daemon shares the job's cgroup. And the analyzer, which reads memory
+through this module, loads neither the timer nor the hook."""
 import ast
 import os
 import shutil
@@ -18,7 +21,9 @@ from epochfs import _memory
 MiB = 1 << 20
 
 
-class Room(unittest.TestCase):
+class Tree(unittest.TestCase):
+    """A made-up /proc and /sys/fs/cgroup, and ways to fill them."""
+
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="epochfs-memory-")
         self.proc = os.path.join(self.dir, "proc")
@@ -58,6 +63,8 @@ class Room(unittest.TestCase):
     def room(self):
         return _memory.room(self.proc, self.root)
 
+
+class Room(Tree):
     def test_v2_limit_less_usage_unmapped_files_free(self):
         self.meminfo(10000)
         self.self_cgroup("0::/job.slice/a")
@@ -103,6 +110,111 @@ class Room(unittest.TestCase):
     def test_this_machine(self):
         # Whatever this machine is: a positive number of bytes, no exception.
         self.assertGreater(_memory.room(), 0)
+
+
+class Pressure(Tree):
+    """snapshot(), faults(), rss() and same_cgroup() on made-up trees: what
+    the timer reads at each end of a window."""
+
+    PSI = "some avg10=1.00 avg60=0.50 avg300=0.10 total=%d\nfull avg10=0.20 avg60=0.10 avg300=0.00 total=%d\n"
+
+    def v1_stat(self, rel, majflt, refault_file, refault_anon=None, old_kernel=False):
+        d = os.path.join(self.root, "memory", rel.lstrip("/"))
+        refaults = ("total_workingset_refault %d\n" % refault_file if old_kernel else
+                    "total_workingset_refault_file %d\ntotal_workingset_refault_anon %d\n"
+                    % (refault_file, refault_anon or 0))
+        self.write(os.path.join(d, "memory.stat"), "cache 1\npgmajfault 1\ntotal_pgmajfault %d\n%s"
+                   "total_inactive_file %d\ntotal_active_file 0\ntotal_mapped_file 0\n"
+                   % (majflt, refaults, 8 * MiB))
+
+    def test_v1_with_the_machines_pressure(self):
+        # cgroup v1 (the job in the v2 root): the cgroup's counters, the
+        # machine's PSI.
+        self.meminfo(10000)
+        self.self_cgroup("4:memory:/job", "0::/")
+        self.v1("/job", 700 * MiB, 690 * MiB)
+        self.v1_stat("/job", majflt=1084, refault_file=5000, refault_anon=7)
+        self.write(os.path.join(self.proc, "pressure", "memory"), self.PSI % (2500000, 400000))
+        os.makedirs(os.path.join(self.root, "unified"))
+        self.write(os.path.join(self.root, "unified", "cgroup.controllers"), "")
+        self.write(os.path.join(self.root, "unified", "memory.pressure"), self.PSI % (1, 1))
+        got = _memory.snapshot(self.proc, self.root)
+        self.assertEqual((got["version"], got["limit"], got["usage"]), (1, 700 * MiB, 690 * MiB))
+        self.assertEqual((got["major_faults"], got["refaults"]), (1084, 5007))
+        self.assertEqual(got["room"], (700 - 690 + 8) * MiB)
+        self.assertEqual((got["psi_scope"], got["psi_some_us"], got["psi_full_us"]), ("machine", 2500000, 400000))
+        # A kernel before 5.9: one refault counter.
+        self.v1_stat("/job", majflt=3, refault_file=42, old_kernel=True)
+        self.assertEqual(_memory.snapshot(self.proc, self.root)["refaults"], 42)
+
+    def test_hybrid_a_v2_cgroup_of_its_own(self):
+        # v1's memory controller, and the job in a cgroup of the unified
+        # hierarchy too (tools/bench/stalls.sh does this): its own PSI.
+        self.meminfo(10000)
+        self.self_cgroup("4:memory:/job", "0::/job")
+        self.v1("/job", 700 * MiB, 600 * MiB)
+        uni = os.path.join(self.root, "unified")
+        self.write(os.path.join(uni, "cgroup.controllers"), "")
+        self.write(os.path.join(uni, "job", "memory.pressure"), self.PSI % (300, 100))
+        self.write(os.path.join(self.proc, "pressure", "memory"), self.PSI % (9999999, 9999999))
+        got = _memory.snapshot(self.proc, self.root)
+        self.assertEqual((got["psi_scope"], got["psi_dir"]), ("cgroup", os.path.join(uni, "job")))
+        self.assertEqual((got["psi_some_us"], got["psi_full_us"]), (300, 100))
+
+    def test_v2_the_cgroups_pressure(self):
+        self.meminfo(10000)
+        self.self_cgroup("0::/job.slice/a")
+        self.v2("/job.slice/a", 1024 * MiB, 1000 * MiB)
+        d = os.path.join(self.root, "job.slice", "a")
+        self.write(os.path.join(self.root, "cgroup.controllers"), "memory\n")
+        self.write(os.path.join(d, "memory.stat"), "anon 5\nfile_mapped 0\npgmajfault 12\n"
+                   "workingset_refault_file 30\nworkingset_refault_anon 2\n")
+        self.write(os.path.join(d, "memory.pressure"), self.PSI % (5000, 0))
+        got = _memory.snapshot(self.proc, self.root)
+        self.assertEqual((got["version"], got["major_faults"], got["refaults"]), (2, 12, 32))
+        self.assertEqual((got["psi_scope"], got["psi_some_us"], got["psi_full_us"]), ("cgroup", 5000, 0))
+        # No limit: none, and the room is the machine's.
+        self.v2("/job.slice/a", None, 1000 * MiB)
+        got = _memory.snapshot(self.proc, self.root)
+        self.assertIsNone(got["limit"])
+        self.assertEqual(got["room"], 10000 * MiB)
+
+    def test_container_sees_its_v2_cgroup_at_the_root(self):
+        self.meminfo(10000)
+        self.self_cgroup("0::/kubepods/pod1/c1")
+        self.v2("/", 512 * MiB, 500 * MiB)
+        self.write(os.path.join(self.root, "cgroup.controllers"), "memory\n")
+        self.write(os.path.join(self.root, "memory.pressure"), self.PSI % (70, 7))
+        got = _memory.snapshot(self.proc, self.root)
+        self.assertEqual((got["limit"], got["psi_scope"], got["psi_some_us"]), (512 * MiB, "cgroup", 70))
+
+    def test_nothing_readable(self):
+        got = _memory.snapshot(self.proc, self.root)
+        self.assertIsNone(got["version"])
+        self.assertIsNone(got["psi_scope"])
+        self.assertIsNone(_memory.pressure(os.path.join(self.proc, "pressure", "memory")))
+        self.write(os.path.join(self.proc, "pressure", "memory"), "garbage\n")
+        self.assertIsNone(_memory.pressure(os.path.join(self.proc, "pressure", "memory")))
+
+    def test_faults_rss_and_the_daemons_cgroup(self):
+        # /proc/PID/stat: majflt and cmajflt are fields 12 and 13 (a comm
+        # with spaces and parentheses in it must not shift them).
+        self.write(os.path.join(self.proc, "77", "stat"),
+                   "77 (python3 (x) y) S 1 77 77 0 -1 4194560 500 600 31 45 120 30 0 0 20 0 3 0\n")
+        self.write(os.path.join(self.proc, "77", "status"), "Name:\tpython3\nVmRSS:\t  204800 kB\n")
+        self.assertEqual(_memory.faults(77, self.proc), (31, 45))
+        self.assertEqual(_memory.rss(77, self.proc), 200 * MiB)
+        self.assertIsNone(_memory.faults(78, self.proc))
+        self.assertIsNone(_memory.rss(78, self.proc))
+        # The daemon in the job's memory cgroup, then in one of its own.
+        self.self_cgroup("4:memory:/job")
+        self.write(os.path.join(self.proc, "77", "cgroup"), "4:memory:/job\n")
+        self.v1("/job", 700 * MiB, 600 * MiB)
+        self.v1("/daemon", 300 * MiB, 200 * MiB)
+        self.assertIs(_memory.same_cgroup(77, self.proc, self.root), True)
+        self.write(os.path.join(self.proc, "77", "cgroup"), "4:memory:/daemon\n")
+        self.assertIs(_memory.same_cgroup(77, self.proc, self.root), False)
+        self.assertIsNone(_memory.same_cgroup(79, self.proc, self.root))
 
 
 class Layering(unittest.TestCase):

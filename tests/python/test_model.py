@@ -52,10 +52,14 @@ class Epoch(unittest.TestCase):
         self.assertAlmostEqual(prof(cache_frac=1.0).epoch_seconds(), 5.0, places=6)
 
     def test_storage_bound_with_prefetch(self):
-        # Half the data from storage: 50 MB at 25 MB/s = 2 s; CPU 5 s: 5 s.
+        # Staging carved out of the 50 MB cache (a quarter: 12.5 MB, under
+        # --prefetch-mem): 62.5 MB from storage at 25 MB/s = 2.5 s; CPU 5 s: 5 s.
         self.assertAlmostEqual(prof(prefetch=True).epoch_seconds(), 5.0, places=6)
-        # At 5 MB/s the storage bounds: 10 s.
-        self.assertAlmostEqual(prof(prefetch=True, storage_bps=5e6).epoch_seconds(), 10.0, places=6)
+        # At 5 MB/s the storage bounds: 12.5 s.
+        self.assertAlmostEqual(prof(prefetch=True, storage_bps=5e6).epoch_seconds(), 12.5, places=6)
+        # A cache that holds the dataset keeps it all; with none, nothing to carve.
+        self.assertAlmostEqual(prof(prefetch=True, cache_frac=1.0).hit(), 1.0)
+        self.assertAlmostEqual(prof(prefetch=True, cache_frac=0.0, storage_bps=5e6).epoch_seconds(), 20.0, places=6)
 
     def test_stalls_without_prefetch(self):
         t_no = prof().epoch_seconds()
@@ -184,6 +188,40 @@ class Epoch(unittest.TestCase):
         self.assertAlmostEqual(_solve(lambda x: 2 * x, 4.0, 0.0, 10.0), 2.0, places=6)
         self.assertEqual(_solve(lambda x: 2 * x, 40.0, 0.0, 10.0), 10.0)
         self.assertEqual(_solve(lambda x: 10 - x, 40.0, 0.0, 10.0), 0.0)
+
+    def test_memory_stall_and_needs(self):
+        # A job 1 s of memory stall an epoch short of 100 MB (no room):
+        # added to the epoch; 50 MB more spare takes half of it, 100 MB all.
+        p = prof(cache_frac=1.0)
+        base = p.epoch_seconds()
+        p.memory_stall, p.mem_short, p.mem_room, p.worker_bytes = 1.0, 100e6, 0.0, 30e6
+        self.assertAlmostEqual(p.epoch_seconds(), base + 1.0)
+        self.assertAlmostEqual(p.scenario(memory=50e6).epoch_seconds(), base + 0.5)
+        self.assertAlmostEqual(p.scenario(memory=400e6).epoch_seconds(), base)
+        # A worker more needs its memory: it does not fit, and its prediction
+        # keeps the stall (the memory it needs given, no more).
+        w3 = p.scenario(workers=3)
+        self.assertEqual(w3.memory_needed(), 30e6)
+        self.assertEqual(w3.memory_stall_seconds(), 1.0)
+        # A worker fewer gives 30 MB back: 0.3 s less stall.
+        self.assertAlmostEqual(p.scenario(workers=1).memory_stall_seconds(), 0.7)
+        self.assertEqual(p.scenario(workers=1).memory_needed(), 0.0)
+        # A bigger cache, the daemon in the job's cgroup: the job's memory.
+        # In a cgroup of its own: the daemon's room decides.
+        q = prof(cache_frac=0.5)
+        q.mem_room = 20e6
+        self.assertEqual(q.scenario(cache_frac=0.6).memory_needed(), 0.0)         # 10 MB of 20
+        self.assertAlmostEqual(q.scenario(cache_frac=1.0).memory_needed(), 30e6)  # 50 MB of 20
+        self.assertAlmostEqual(q.cache_fits_up_to(), 0.7, places=6)
+        q.daemon_shared, q.daemon_room = False, 0.0
+        self.assertAlmostEqual(q.scenario(cache_frac=0.6).memory_needed(), 10e6)
+        # Prefetch: staging inside --cache-size; beside no RAM cache, its own.
+        self.assertEqual(q.scenario(prefetch=True).memory_needed(), 0.0)
+        r = prof(cache_frac=0.0)
+        r.mem_room = 0.0
+        self.assertAlmostEqual(r.scenario(prefetch=True).memory_needed(), 64 << 20)
+        # Unknown room: everything fits.
+        self.assertEqual(prof().scenario(cache_frac=1.0, workers=8, prefetch=True).memory_needed(), 0.0)
 
     def test_scenario_rejects_unknown(self):
         with self.assertRaises(KeyError):
@@ -319,7 +357,8 @@ class Report(unittest.TestCase):
         self.assertEqual((rep["model"]["crowd_workers"], rep["model"]["crowd_cpus"]), (2, 1))
         self.assertGreater(rep["model"]["crowd"], 0.0)
         self.assertIn("crowd", rep["measured"])
-        self.assertIn("crowd run, 2 workers on 1 CPU in turn with all: 2.40x", analyze.text_report(rep))
+        self.assertIn("crowd run, 2 workers on 1 CPU in turn with all: 2.40x", analyze.text_report(rep, verbose=True))
+        self.assertNotIn("crowd run", analyze.text_report(rep))     # the model's inputs: --verbose
         p = analyze.profile_from_report(rep)
         warm = p.scenario(cache_frac=1.0, via_mount=False)
         self.assertAlmostEqual((warm.scenario(cores=1).epoch_seconds() - p.startup)
@@ -329,7 +368,9 @@ class Report(unittest.TestCase):
         recs["crowd"] = (0, [start, no_rate])
         few = analyze.analyze({"what_if": []}, recs, 25e6, {})
         self.assertIsNone(few["model"]["crowd_workers"])
-        self.assertTrue(any("too few for a ratio" in n for n in few["notes"]), few.get("notes"))
+        # Said in the JSON; no note a user could not act on.
+        self.assertEqual(few["model"]["crowd_too_few_steps"], [20, analyze.CROWD_MIN_STEPS - 1])
+        self.assertFalse(few.get("notes"))
         recs["crowd"] = (0, [start, remake(win, alternate=None)])
         rep = analyze.analyze({"what_if": []}, recs, 25e6, {"cache_capacity_bytes": 50e6})
         self.assertIsNone(rep["model"]["crowd_workers"])
@@ -449,8 +490,8 @@ class Report(unittest.TestCase):
         self.assertAlmostEqual(asked["predicted_epoch_seconds"] - rep["model"]["startup_seconds"], 50.0, places=3)
         self.assertAlmostEqual(rep["compute_seconds"], 0.49, places=6)   # measured, unchanged
         text = analyze.text_report(rep)
-        self.assertIn("GPU: none here (no CUDA device)", text)
-        self.assertIn("2 steps/s (--gpu-rate)", text)
+        self.assertIn("GPU: none here; the what-ifs model the training step at 2 steps/s (--gpu-rate)", text)
+        self.assertIn("GPU: none here (no CUDA device); ", analyze.text_report(rep, verbose=True))
         o = analyze.parse_args(["--gpu-rate", "4", "/d", "--", "x"])
         self.assertEqual(o["gpu_rate"], 4.0)
         for bad in ("0", "-1", "fast", "inf"):

@@ -44,6 +44,18 @@ if torch is not None:
             return torch.full((4,), float(self.files[i].startswith("/dev/shm/"))), i
 
 
+def _on_tmpfs(path):
+    """Whether PATH is on a tmpfs (its pages are the file: nothing to drop)."""
+    best, kind = "", ""
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) > 2 and os.path.realpath(path).startswith(parts[1].rstrip("/") + "/") \
+                    and len(parts[1]) > len(best):
+                best, kind = parts[1], parts[2]
+    return kind == "tmpfs"
+
+
 @unittest.skipIf(torch is None, "torch is not installed")
 class BatchShape(unittest.TestCase):
     def test_first_tensor_like(self):
@@ -309,6 +321,48 @@ class Timing(unittest.TestCase):
         self.assertEqual(start["workers"], 2)
         self.assertEqual(start["steps_per_epoch"], ITEMS // BATCH)
         self.assertEqual(len(start["files"]), min(_timing.SAMPLE_FILES, ITEMS))
+
+    def test_memory_readings(self):
+        # Each end of the window reads the job's memory; the major faults
+        # of its workers count, reaped ones too: every item maps a page of
+        # its file that is not in memory (dropped first), a major fault in
+        # the worker that touches it.
+        class Faulting(Files):
+            def __getitem__(self, i):
+                import mmap
+                with open(self.files[i], "rb") as f:
+                    os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+                    with mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as m:
+                        m[0]
+                return torch.zeros(4), i
+        for p in self.files:            # clean pages only can be dropped
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+        timer = self.timer = _timing.Timer(self.out, "as-is", warmup=0, epochs=1, exit_when_done=False)
+        _hook.set_timer(timer)
+        for _ in DataLoader(Faulting(self.files), batch_size=BATCH, num_workers=2):
+            pass
+        _hook.set_timer(None)
+        recs, bad = _records.read(self.out)
+        self.assertEqual(bad, [])
+        w = self.window(recs)
+        for k in ("memory_before", "memory_after"):
+            m = w[k]
+            self.assertGreater(m["room"], 0)
+            self.assertIn(m["psi_scope"], ("cgroup", "machine", None))
+        self.assertGreater(w["memory_room_min"], 0)
+        self.assertLessEqual(w["memory_room_min"], min(w["memory_before"]["room"], w["memory_after"]["room"]))
+        # A file system that keeps its pages (tmpfs) faults less: at least
+        # not more than an item each, and none where the pages stay.
+        self.assertGreaterEqual(w["major_faults"], 0)
+        self.assertLessEqual(w["major_faults"], 4 * ITEMS + 200)
+        if not _on_tmpfs(self.dir):
+            self.assertGreaterEqual(w["major_faults"], ITEMS // 2, w)
+        self.assertIsNone(w["daemon_rss_bytes"])               # no mount
+
+    def test_crowd_constants_match_the_analyzer(self):
+        from epochfs import analyze
+        self.assertEqual((analyze.CROWD_BLOCK, analyze.CROWD_SETTLE), (_timing.ALT_BLOCK, _timing.ALT_SETTLE))
 
     def test_same_batches_as_without(self):
         torch.manual_seed(3)
