@@ -681,8 +681,10 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 		FAIL("--cache-dir-size needs --cache-dir");
 	/* One budget: what the daemon holds in RAM, given together, fits the
 	 * machine (or its memory cgroup). The default cache takes what the
-	 * others leave (core_open). */
-	uint64_t ram = core_ram_bytes(), held = (o->cache_size_set ? o->cache_size : 0) + o->prefetch_mem + o->prep_mem;
+	 * others leave (core_open). With a RAM cache, prefetch staging lives
+	 * inside --cache-size (memory_staging_share): it adds nothing. */
+	uint64_t ram = core_ram_bytes();
+	uint64_t held = (o->cache_size_set && o->cache_size ? o->cache_size : o->prefetch_mem) + o->prep_mem;
 	if (ram && o->prefetch_mem > ram)
 		FAIL("--prefetch-mem: %.1f GiB, more than this machine's memory (%.1f GiB)", o->prefetch_mem / 1073741824.0,
 		     ram / 1073741824.0);
@@ -690,8 +692,9 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 		FAIL("--prep-mem: %.1f GiB, more than this machine's memory (%.1f GiB)", o->prep_mem / 1073741824.0,
 		     ram / 1073741824.0);
 	if (ram && held > ram)
-		FAIL("--cache-size, --prefetch-mem and --prep-mem come to %.1f GiB together, more than this machine's "
-		     "memory (%.1f GiB): they share one budget", held / 1073741824.0, ram / 1073741824.0);
+		FAIL("%s and --prep-mem come to %.1f GiB together, more than this machine's memory (%.1f GiB): "
+		     "they share one budget", o->cache_size_set && o->cache_size ? "--cache-size" : "--prefetch-mem",
+		     held / 1073741824.0, ram / 1073741824.0);
 	if (o->ncache_dir_sizes > 1 && o->ncache_dir_sizes != o->ncache_dirs)
 		FAIL("%u --cache-dir-size for %u --cache-dir: give one for all, or one per directory",
 		     o->ncache_dir_sizes, o->ncache_dirs);

@@ -283,6 +283,13 @@ Test(options, sizes_larger_than_the_machine)
 	cr_expect(strstr(err, "they share one budget"), "%s", err);
 	cr_expect_eq(parse(&o, err, "--cache-size", "50%", "--prep-mem", "10%", "--prefetch-mem", "1%", "s", "m",
 			   NULL), 0, "%s", err);
+	/* Staging lives inside a RAM cache's budget: it adds nothing to it
+	 * (part 3's cgroup of D/2 + 20 MiB holds --cache-size D/2 with the
+	 * default --prefetch-mem). */
+	cr_expect_eq(parse(&o, err, "--cache-size", "90%", "--prefetch-mem", "20%", "s", "m", NULL), 0, "%s", err);
+	cr_expect_eq(parse(&o, err, "--cache-size", "0", "--prefetch-mem", "60%", "--prep-mem", "50%", "s", "m",
+			   NULL), -EINVAL);
+	cr_expect(strstr(err, "--prefetch-mem and --prep-mem come to"), "%s", err);
 }
 
 /* A budget given as a bare number under 1 MiB is a slip (50 for 50% or

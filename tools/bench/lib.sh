@@ -34,6 +34,11 @@ wait_mount() {
 	local i
 	for i in $(seq 1000); do mountpoint -q "$1" && return 0; sleep 0.02; done
 	echo "bench: $1 did not mount" >&2
+	# Why: the daemon's own words (ep_start and the parts' mount_ep log there).
+	local f
+	for f in "$W/err" "$W/daemon.err"; do
+		[ -s "$f" ] && tail -5 "$f" | sed 's/^/  daemon: /' >&2
+	done
 	exit 1
 }
 
