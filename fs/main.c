@@ -304,12 +304,10 @@ int main(int argc, char **argv)
 	int ret;
 
 	log_init("epochfs", 0);
-	/* Item-sized buffers (staged items, the tier's queue, peer frames)
-	 * go back to the kernel when freed: a fixed threshold for mmap'd
-	 * blocks (glibc raises its own past the first ones freed, and then
-	 * keeps what later ones free in its arenas, memory the budget cannot
-	 * see), and few arenas for the daemon's dozen threads. */
-	mallopt(M_MMAP_THRESHOLD, 64 << 10);
+	/* Few arenas for the daemon's dozen threads. What item-sized buffers
+	 * leave in them goes back to the kernel when memory is tight (the
+	 * memory thread's malloc_trim), not by a fixed mmap threshold, which
+	 * made every peer hit fault in a fresh buffer. */
 	mallopt(M_ARENA_MAX, 4);
 	if (options_parse(argc, argv, &o, err, sizeof(err)) < 0) {
 		log_error("%s", err);

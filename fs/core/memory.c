@@ -13,8 +13,11 @@
  *   whole dataset, refaults are someone else's business.
  * - A give-back step is max(16 MiB, capacity / 32), at most one every 2 s,
  *   so the kernel sees the room before the next step is decided.
+ * - malloc's free memory goes back to the kernel (malloc_trim) at most
+ *   every MEMORY_TRIM_S while the state is not calm or staging shrank.
  */
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,6 +222,7 @@ struct memory {
 	struct memwatch *mw;
 	struct memory_policy pol;
 	uint64_t dataset;
+	double trimmed;             /* when malloc's free memory last went back */
 	struct worker w;            /* the thread; its lock guards st */
 	struct memory_stats st;   /* w.lock */
 };
@@ -252,8 +256,21 @@ static void tick(struct memory *p)
 		in.orders = os.streams > 0;
 	}
 	memory_step(&p->pol, &in, &out);
+	uint64_t shrunk = 0;
 	if (c->staging)
-		staging_set_limit(c->staging, out.staging_limit);
+		shrunk = staging_set_limit(c->staging, out.staging_limit);
+	/* Freed item-sized buffers (staged items, peer frames, the tier's
+	 * queue) stay in malloc's arenas, memory the budget cannot see; they
+	 * go back to the kernel while memory is tight or staging shrank. Not
+	 * by a fixed mmap threshold: one of 64 KiB made every peer hit mmap and
+	 * fault in a fresh buffer, +50 us a hit and a fifth of 4 threads'
+	 * peer throughput (docs/benchmarks.md, the house of issue 30). */
+#ifdef __GLIBC__
+	if ((out.state != MEMORY_CALM || shrunk) && in.t - p->trimmed >= MEMORY_TRIM_S) {
+		malloc_trim(0);
+		p->trimmed = in.t;
+	}
+#endif
 	/* Kernel copies next: the ones dropped go sooner under pressure. */
 	__atomic_store_n(&c->drop_delay_ms, out.state == MEMORY_CALM ? MEMORY_DROP_CALM_MS : MEMORY_DROP_TIGHT_MS,
 			 __ATOMIC_RELAXED);

@@ -49,6 +49,7 @@ enum page_cache_mode { PAGE_CACHE_AUTO, PAGE_CACHE_KEEP, PAGE_CACHE_DROP };
 enum memory_state { MEMORY_CALM, MEMORY_PAUSED, MEMORY_GIVING };
 
 #define MEMORY_PERIOD_S 0.5
+#define MEMORY_TRIM_S 2.0               /* malloc_trim at most this often, when tight */
 #define SQUEEZE_REFAULTS_PER_S 2048.0   /* file pages refaulting: 8 MiB/s; the part 7 job
 					 * refaults ~700/s in a healthy tight cgroup, a squeezed
 					 * one thousands */

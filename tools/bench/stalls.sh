@@ -279,6 +279,9 @@ for workers in $WORKERSS; do
 				umount_ep
 				limit "$LIM"
 			done
+			# What follows (analyze, reader) runs the daemon in the job's
+			# cgroup again, whichever configuration came last.
+			DAEMON_CGS=$CGS
 			if case " $CONFIGS " in *" analyze "*) true ;; *) false ;; esac; then
 				# epochfs-analyze on the epochfs configuration: its breakdown
 				# against the epochs measured directly (ram, epochfs).
