@@ -125,7 +125,7 @@ int core_samples(struct core *c, struct sample *out, int max)
 	GAUGE("cache_backed_files", "Large files whose cached items live in a memfd of their own", cs.backed_files);
 	GAUGE("cache_backed_bytes", "Bytes of those files", cs.backed_bytes);
 	GAUGE("cache_backed_whole", "Of those files, the ones held whole (an open may be served by passthrough)",
-	      cs.backed_whole);
+	      c->cache ? cache_backed_whole(c->cache) : 0);
 	GAUGE("cache_backing_space_bytes", "Budget charged to those memfds (part of cache_used_bytes)",
 	      cs.backing_space);
 	COUNTER("cache_backings_made", "Memfds made for large files", cs.backings_made);

@@ -291,8 +291,8 @@ unsigned core_pt_open_files(struct core *c)
 {
 	unsigned n = 0;
 
-	if (!c->opens)
-		return 0;
+	if (!__atomic_load_n(&c->pt_use, __ATOMIC_ACQUIRE))
+		return 0;               /* the table is made before pt_use is set */
 	pthread_mutex_lock(&c->opens->lock);
 	for (unsigned i = 0; i < PT_BUCKETS; i++)
 		for (struct pt_node *x = c->opens->heads[i]; x; x = x->next)

@@ -67,6 +67,7 @@ struct backing_set {
 	uint64_t held;              /* set lock: backings with memory (live, dying, retired) */
 	unsigned retired_n;         /* atomic: RETIRED, memory not freed yet */
 	uint64_t space;             /* set lock: charged bytes */
+	uint64_t live, live_bytes;  /* set lock: live (or dying) backings, their files' bytes */
 	uint64_t made, retired, failed;     /* atomic counters */
 };
 
@@ -171,6 +172,8 @@ static void retire_locked(struct backing_set *s, struct backing *b)
 	if (b->state != B_LIVE && b->state != B_DYING)
 		return;
 	unhash(s, b);
+	s->live--;
+	s->live_bytes -= b->v.size;
 	__atomic_store_n(&b->state, B_RETIRED, __ATOMIC_RELEASE);
 	__atomic_add_fetch(&s->retired_n, 1, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&s->retired, 1, __ATOMIC_RELAXED);
@@ -243,6 +246,8 @@ int backing_claim(struct backing_set *s, uint32_t id, const struct index_version
 	s->newest = b;
 	s->held++;
 	s->space += b->span;
+	s->live++;
+	s->live_bytes += v->size;
 	__atomic_add_fetch(&s->made, 1, __ATOMIC_RELAXED);
 	*out = b;
 	*p = (struct backing_place){ .map = b->map, .off = b->off, .span = b->span };
@@ -307,6 +312,8 @@ int backing_open_fd(struct backing_set *s, uint32_t id, const struct index_versi
 		/* Read-only for the kernel; the same pages. */
 		snprintf(path, sizeof(path), "/proc/self/fd/%d", b->fd);
 		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0 && errno == ENOENT)      /* no /proc: the kernel opens it read-only anyway */
+			fd = fcntl(b->fd, F_DUPFD_CLOEXEC, 0);
 		if (fd < 0)
 			fd = -errno;
 	}
@@ -348,8 +355,11 @@ uint64_t backing_free_dying(struct backing_set *s, uint64_t low)
 	while (s->newest && s->newest->off + s->newest->span > low) {
 		struct backing *b = s->newest;
 		s->newest = b->older;
-		if (b->state == B_DYING || b->state == B_LIVE)
+		if (b->state == B_DYING || b->state == B_LIVE) {
 			unhash(s, b);
+			s->live--;
+			s->live_bytes -= b->v.size;
+		}
 		if (b->state == B_RETIRED || b->state == B_REAPING)
 			__atomic_sub_fetch(&s->retired_n, 1, __ATOMIC_RELAXED);
 		if (b->state != B_FREED) {
@@ -427,16 +437,22 @@ void backing_get_stats(struct backing_set *s, struct backing_stats *st)
 {
 	memset(st, 0, sizeof(*st));
 	pthread_mutex_lock(&s->lock);
-	for (struct backing *b = s->newest; b; b = b->older) {
-		if (b->state != B_LIVE)
-			continue;
-		st->files++;
-		st->bytes += b->v.size;
-		st->whole += __atomic_load_n(&b->ready, __ATOMIC_RELAXED) == b->chunks;
-	}
+	st->files = s->live;
+	st->bytes = s->live_bytes;
 	st->space = s->space;
 	pthread_mutex_unlock(&s->lock);
 	st->made = __atomic_load_n(&s->made, __ATOMIC_RELAXED);
 	st->retired = __atomic_load_n(&s->retired, __ATOMIC_RELAXED);
 	st->failed = __atomic_load_n(&s->failed, __ATOMIC_RELAXED);
+}
+
+uint64_t backing_whole(struct backing_set *s)
+{
+	uint64_t n = 0;
+
+	pthread_mutex_lock(&s->lock);
+	for (struct backing *b = s->newest; b; b = b->older)
+		n += b->state == B_LIVE && __atomic_load_n(&b->ready, __ATOMIC_RELAXED) == b->chunks;
+	pthread_mutex_unlock(&s->lock);
+	return n;
 }

@@ -111,11 +111,14 @@ unsigned backing_reap_end(struct backing_set *s, int free);
 int backing_range(struct backing_set *s, uint64_t from, uint64_t to, uint64_t *start, uint64_t *end);
 
 struct backing_stats {
-	uint64_t files, bytes;      /* live backings and the bytes of their files */
-	uint64_t whole;             /* of them, those with every item ready */
+	uint64_t files, bytes;      /* live (or dying) backings and the bytes of their files */
 	uint64_t space;             /* budget the charged ranges hold (all states) */
 	uint64_t made, retired, failed;     /* counters: made, retired, memfd failures */
 };
+/* Counters only: cheap (one lock, no walk). */
 void backing_get_stats(struct backing_set *s, struct backing_stats *st);
+/* Live backings with every item ready: walks them all (for the counters
+ * a user reads, not for hot paths). */
+uint64_t backing_whole(struct backing_set *s);
 
 #endif

@@ -541,7 +541,6 @@ void cache_get_stats(struct cache *c, struct cache_stats *s)
 	backing_get_stats(c->bs, &bst);
 	s->backed_files = bst.files;
 	s->backed_bytes = bst.bytes;
-	s->backed_whole = bst.whole;
 	s->backing_space = bst.space;
 	s->backings_made = bst.made;
 	s->backings_retired = bst.retired;
@@ -580,6 +579,11 @@ uint64_t cache_scrub(struct cache *c, uint64_t max_bytes)
 void cache_set_backing(struct cache *c, uint64_t min_size)
 {
 	__atomic_store_n(&c->backing_min, min_size, __ATOMIC_RELAXED);
+}
+
+uint64_t cache_backed_whole(struct cache *c)
+{
+	return backing_whole(c->bs);
 }
 
 int cache_backing_fd(struct cache *c, uint32_t id, const struct index_version *v)

@@ -106,7 +106,6 @@ struct cache_stats {
 	uint64_t no_space;          /* admissions refused: the arena file's filesystem is full */
 	/* Large files in backings (cache_set_backing): */
 	uint64_t backed_files, backed_bytes;    /* live backings, and their files' bytes */
-	uint64_t backed_whole;      /* of them, files held whole (a passthrough open may use them) */
 	uint64_t backing_space;     /* budget charged to backings (part of used) */
 	uint64_t backings_made, backings_retired, backing_failures;   /* counters */
 };
@@ -221,6 +220,9 @@ int64_t cache_prefault(struct cache *c, uint64_t upto);
  * no reader is in it. Backed items are not recorded (persist hooks): a
  * restart keeps only the arena's items. Any thread, at any time. */
 void cache_set_backing(struct cache *c, uint64_t min_size);
+/* How many files in backings the cache holds whole (a passthrough open
+ * may use them): walks the backings, for the counters a user reads. */
+uint64_t cache_backed_whole(struct cache *c);
 /* A read-only descriptor of the backing of file ID at version V when the
  * cache holds the whole file there (every item ready): the caller gives it
  * to the kernel and closes it. -ENOENT when not, or -errno. */

@@ -70,7 +70,7 @@ Test(backing, a_claim_makes_one_memfd_of_the_files_size_charged_once)
 	cr_expect_eq(st.files, 1);
 	cr_expect_eq(st.bytes, V1.size);
 	cr_expect_eq(st.space, p.span);
-	cr_expect_eq(st.whole, 0);
+	cr_expect_eq(backing_whole(s), 0);
 	backing_set_free(s);
 }
 
@@ -123,6 +123,7 @@ Test(backing, the_kernels_descriptor_comes_only_when_whole_and_is_read_only)
 			     chunks_of(&V1));
 	}
 	backing_count(b, 1);
+	cr_expect_eq(backing_whole(s), 1);
 	cr_expect_eq(backing_open_fd(s, 7, &V2), -ENOENT);
 	int fd = backing_open_fd(s, 7, &V1);
 	cr_assert_geq(fd, 0);
@@ -267,7 +268,7 @@ Test(backing, a_large_file_cached_whole_is_one_memfd_at_its_own_offsets)
 	load_file(c, 7, &V1, CACHE_HIT);
 	cache_get_stats(c, &s);
 	cr_expect_eq(s.backed_files, 1);
-	cr_expect_eq(s.backed_whole, 1);
+	cr_expect_eq(cache_backed_whole(c), 1);
 	cr_expect_eq(s.items, 1 + chunks_of(&V1));
 	cr_expect_eq(s.used, 4 * CHUNK + CHUNK, "the whole file is charged, from a page boundary");
 	int fd = cache_backing_fd(c, 7, &V1);
