@@ -93,10 +93,10 @@ LIBS = $(PKG_LIBS) -lpthread -lm
 CORE_SRC := fs/util/log.c fs/util/memwatch.c fs/util/notify.c fs/util/trust.c fs/util/httpd.c fs/util/clock.c \
 	    fs/util/worker.c fs/util/uring.c fs/options.c \
 	    fs/core/core.c fs/core/nodes.c fs/core/read.c fs/core/plan.c fs/core/prefetch.c fs/core/memory.c \
-	    fs/core/metrics.c fs/core/stats.c fs/core/watch.c fs/core/where.c \
+	    fs/core/metrics.c fs/core/passthrough.c fs/core/stats.c fs/core/watch.c fs/core/where.c \
 	    fs/core/ns/control.c fs/core/ns/order.c fs/core/ns/prepdir.c fs/core/ns/prepspec.c \
 	    fs/core/ns/ns_control.c fs/core/ns/ns_order.c fs/core/ns/ns_prep.c \
-	    fs/store/index.c fs/store/path.c fs/store/storage.c fs/store/cache.c fs/store/maint.c fs/store/staging.c \
+	    fs/store/index.c fs/store/path.c fs/store/storage.c fs/store/cache.c fs/store/cache_mem.c fs/store/backing.c fs/store/maint.c fs/store/staging.c \
 	    fs/store/manifest.c fs/store/manifest_build.c fs/store/persist.c fs/store/persist_table.c fs/store/persist_states.c \
 	    fs/store/tier.c fs/store/tier_write.c \
 	    fs/cluster/owner.c fs/cluster/cluster.c fs/cluster/proto.c fs/cluster/peer.c \
@@ -292,7 +292,7 @@ FUZZ_CC := clang -std=gnu11 -D_GNU_SOURCE -g -O1 -Ifs -Iprep -Itools -fsanitize=
 FUZZ_SRC_proto := fs/cluster/proto.c
 FUZZ_SRC_text := fs/cluster/cluster.c prep/spec.c
 FUZZ_SRC_jpeg := prep/batch.c prep/jpeg.c prep/augment.c
-FUZZ_SRC_state := fs/store/persist.c fs/store/persist_table.c fs/store/cache.c fs/store/path.c fs/store/index.c \
+FUZZ_SRC_state := fs/store/persist.c fs/store/persist_table.c fs/store/cache.c fs/store/cache_mem.c fs/store/backing.c fs/store/path.c fs/store/index.c \
 		   fs/util/trust.c fs/util/log.c fs/util/clock.c
 FUZZ_LIBS_jpeg := -ljpeg
 FUZZ_LIBS_proto := -lsodium

@@ -367,6 +367,7 @@ int main(int argc, char **argv)
 		.cache_dirs = o.cache_dirs, .ncache_dirs = o.ncache_dirs,
 		.cache_dir_sizes = o.cache_dir_sizes, .ncache_dir_sizes = o.ncache_dir_sizes,
 		.cache_dir_buffered = o.cache_dir_buffered, .metrics_addr = o.metrics_addr,
+		.passthrough = o.passthrough,
 	};
 	if (core_open(&co, &core) < 0) {
 		ops_session_free(sess);

@@ -10,7 +10,10 @@
  * - open() answers ENOSYS once (FUSE_CAP_NO_OPEN_SUPPORT): the kernel then
  *   opens files itself with keep_cache and sends neither OPEN nor RELEASE,
  *   and flush is unimplemented so FLUSH stops too. A warm file costs the
- *   daemon nothing at all. --open restores per-open round trips.
+ *   daemon nothing at all. --open restores per-open round trips, and so
+ *   does kernel passthrough when the core says the mount uses it (INIT):
+ *   an OPEN of a file the RAM cache holds whole is answered with a backing
+ *   file (the cache's memfd), and the kernel reads it with no round trip.
  * - opendir likewise (FUSE_CAP_NO_OPENDIR_SUPPORT): listings are cached.
  * - Entry and attribute timeouts are what the core says is left of each
  *   entry's check against SOURCE (core_attr.valid); changes arrive through
@@ -18,9 +21,9 @@
  * - Reads are asynchronous: the handler hands the read to the core and
  *   returns; the reply is sent from whichever thread completes it.
  * - INIT asks the kernel for what libfuse 3.14 asked for, no more (the
- *   flags are the same on the wire). It notes whether kernel passthrough
- *   could serve the mount (stats.json's "passthrough", one log line) and
- *   does not ask for it: every read takes the copy path.
+ *   flags are the same on the wire), and FUSE_PASSTHROUGH when the mount
+ *   uses it (core_passthrough_start: stats.json's "passthrough", one log
+ *   line).
  * - Every write-type operation is the core's to refuse (EROFS) or take
  *   (.prep/ spec files). So the mount is "ro" only with --no-prep; without
  *   it, an open for writing succeeds (the kernel opens files itself in no-open
@@ -30,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -77,55 +81,9 @@ static void to_entry(const struct core_attr *a, struct fuse_entry_param *e)
 
 /* ---- metadata ---- */
 
-/* Whether this process may register backing files with the kernel
- * (FUSE_DEV_IOC_BACKING_OPEN, what passthrough serves from): the kernel
- * asks for CAP_SYS_ADMIN in the initial user namespace. 1, or 0 and why in
- * WHY. Read from /proc/self: no libcap. */
-static int may_open_backing(char *why, size_t len)
-{
-	unsigned long long eff = 0;
-	unsigned long inside = 0, outside = 0, count = 0;
-	char line[256];
-	int found = 0, lines = 0;
-	FILE *f = fopen("/proc/self/status", "re");
-
-	if (f) {
-		while (fgets(line, sizeof(line), f))
-			if (sscanf(line, "CapEff: %llx", &eff) == 1) {
-				found = 1;
-				break;
-			}
-		fclose(f);
-	}
-	if (!found) {
-		snprintf(why, len, "no: cannot read the daemon's capabilities in /proc/self/status");
-		return 0;
-	}
-	if (!(eff & (1ULL << 21))) {       /* CAP_SYS_ADMIN */
-		snprintf(why, len, "no: the daemon (uid %u) lacks CAP_SYS_ADMIN, which registering "
-			 "backing files needs", (unsigned)getuid());
-		return 0;
-	}
-	/* The initial user namespace maps every uid onto itself, in one line. */
-	if ((f = fopen("/proc/self/uid_map", "re"))) {
-		while (fgets(line, sizeof(line), f))
-			if (lines++ == 0 && sscanf(line, "%lu %lu %lu", &inside, &outside, &count) != 3)
-				count = 0;
-		fclose(f);
-	}
-	if (lines != 1 || inside != 0 || outside != 0 || count != 4294967295UL) {
-		snprintf(why, len, "no: the daemon runs in a user namespace; registering backing files "
-			 "needs CAP_SYS_ADMIN in the initial one");
-		return 0;
-	}
-	snprintf(why, len, "available");
-	return 1;
-}
-
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
 	struct ops_session *s = userdata;
-	char pt[200];
 
 	fuse_set_feature_flag(conn, FUSE_CAP_CACHE_SYMLINKS);   /* where the kernel offers it */
 	/* Atomic O_TRUNC hands truncation to OPEN, which no-open mode never
@@ -133,16 +91,14 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	 * one. Without it an O_TRUNC open sends SETATTR, which answers EROFS
 	 * (or truncates a .prep/ spec). */
 	fuse_unset_feature_flag(conn, FUSE_CAP_ATOMIC_O_TRUNC);
-	/* Passthrough: noted, not asked for (the copy path serves every read
-	 * for now). The kernel offers it where it is built in; the library
-	 * knows it from 3.17 on. */
-	if (!(conn->capable_ext & FUSE_CAP_PASSTHROUGH))
-		snprintf(pt, sizeof(pt), "no: the kernel does not offer it (Linux 6.9 or newer, "
-			 "CONFIG_FUSE_PASSTHROUGH=y)");
-	else
-		may_open_backing(pt, sizeof(pt));
-	core_set_passthrough(s->c, pt);
-	log_info("reads are copied through the daemon; kernel passthrough: %s", pt);
+	/* Passthrough: the core decides (and says why, in one line); using it
+	 * means answering OPEN for every file. Writeback caching would turn
+	 * it off in the kernel: it stays off. */
+	if (core_passthrough_start(s->c, (conn->capable_ext & FUSE_CAP_PASSTHROUGH) != 0)) {
+		fuse_set_feature_flag(conn, FUSE_CAP_PASSTHROUGH);
+		fuse_unset_feature_flag(conn, FUSE_CAP_WRITEBACK_CACHE);
+		s->cfg.handle_open = 1;
+	}
 	s->no_opendir = (conn->capable_ext & FUSE_CAP_NO_OPENDIR_SUPPORT) != 0;
 	if (!(conn->capable_ext & FUSE_CAP_NO_OPEN_SUPPORT) && !s->cfg.handle_open) {
 		log_warn("the kernel cannot skip open(); every open costs a round trip");
@@ -274,10 +230,38 @@ static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 
 /* ---- files ---- */
 
+/* The core registers and drops backing files through these, with the
+ * request it answers (libfuse's calls take one). */
+static int reg_open(void *ctx, int fd)
+{
+	int id = fuse_passthrough_open(ctx, fd);
+
+	return id > 0 ? id : -EIO;  /* libfuse said why in a line of its own */
+}
+
+static void reg_close(void *ctx, int id)
+{
+	fuse_passthrough_close(ctx, id);
+}
+
+/* The same, after the request is gone (an OPEN whose reply the kernel no
+ * longer waited for): through the session's descriptor. */
+#ifndef FUSE_DEV_IOC_BACKING_CLOSE
+#define FUSE_DEV_IOC_BACKING_CLOSE _IOW(229, 2, uint32_t)      /* linux/fuse.h, 6.9 */
+#endif
+static void reg_close_session(void *ctx, int id)
+{
+	uint32_t bid = (uint32_t)id;
+
+	ioctl(fuse_session_fd(((struct ops_session *)ctx)->se), FUSE_DEV_IOC_BACKING_CLOSE, &bid);
+}
+
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	struct core_backing_reg reg = { .open = reg_open, .close = reg_close, .ctx = req };
 	struct core_attr a;
-	int err;
+	uint64_t fh;
+	int err, id;
 
 	if (!S(req)->cfg.handle_open) {
 		/* Valid replies: ENOSYS here makes the kernel stop sending OPEN
@@ -285,18 +269,30 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, ENOSYS);
 		return;
 	}
-	err = core_open_check(C(req), ino, fi->flags, &a);
+	err = core_open_file(C(req), ino, fi->flags, &reg, &a, &id, &fh);
 	if (err) {
 		fuse_reply_err(req, -err);
 		return;
 	}
+	fi->fh = fh;
 	if (a.flags & CORE_F_DIRECT_IO) {
 		fi->direct_io = 1;
+	} else if (id > 0) {
+		/* The kernel reads the cache's memfd; no keep_cache, so it drops
+		 * whatever pages earlier reads through us left on this inode. */
+		fi->backing_id = id;
+		fi->noflush = 1;
 	} else {
 		fi->keep_cache = 1;
 		fi->noflush = 1;
 	}
-	fuse_reply_open(req, fi);
+	/* Valid replies: open, or err. An interrupted open gets no RELEASE:
+	 * what it holds is given back here. */
+	struct ops_session *s = S(req);
+	if (fuse_reply_open(req, fi) == -ENOENT && fh) {
+		struct core_backing_reg late = { .open = reg_open, .close = reg_close_session, .ctx = s };
+		core_release(s->c, ino, fh, &late);
+	}
 }
 
 static void read_done(void *arg, ssize_t res, const void *buf)
@@ -320,10 +316,12 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	(void)fi;
-	/* Files the kernel opened through us: --open mode, and .prep/ specs
-	 * made with create(). A spec written and closed is committed. */
-	core_release(C(req), ino);
+	struct core_backing_reg reg = { .open = reg_open, .close = reg_close, .ctx = req };
+
+	/* Files the kernel opened through us (passthrough or --open mode; .prep/
+	 * specs made with create()). A spec written and closed is committed;
+	 * a node's backing file goes with its last passthrough open. */
+	core_release(C(req), ino, fi->fh, &reg);
 	fuse_reply_err(req, 0);
 }
 

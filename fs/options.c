@@ -20,7 +20,7 @@ enum {
 	OPT_PEER_PORT, OPT_PEER_LISTEN, OPT_SECRET_FILE, OPT_INSECURE_PEERS, OPT_PEER_TIMEOUT,
 	OPT_CACHE_REMOTE, OPT_NO_PEERS, OPT_MANIFEST, OPT_PREFETCH_MEM, OPT_PREFETCH_WINDOW, OPT_ORDER_EXPIRE,
 	OPT_NO_ORDER, OPT_PAGE_CACHE, OPT_NO_MEM_WATCH, OPT_STATE_DIR, OPT_NO_PERSIST, OPT_PERSIST,
-	OPT_CACHE_DIR, OPT_CACHE_DIR_SIZE, OPT_CACHE_DIR_IO, OPT_METRICS_ADDR,
+	OPT_CACHE_DIR, OPT_CACHE_DIR_SIZE, OPT_CACHE_DIR_IO, OPT_METRICS_ADDR, OPT_PASSTHROUGH,
 };
 
 static const struct option longopts[] = {
@@ -33,6 +33,7 @@ static const struct option longopts[] = {
 	{ "timeout", required_argument, NULL, OPT_TIMEOUT },
 	{ "no-watch", no_argument, NULL, OPT_NO_WATCH },
 	{ "open", no_argument, NULL, OPT_OPEN },
+	{ "passthrough", required_argument, NULL, OPT_PASSTHROUGH },
 	{ "log", required_argument, NULL, OPT_LOG },
 	{ "cache-size", required_argument, NULL, OPT_CACHE_SIZE },
 	{ "cache-chunk", required_argument, NULL, OPT_CACHE_CHUNK },
@@ -100,6 +101,12 @@ void options_usage(void *fp, const char *prog)
 		"      --no-watch       do not watch SOURCE for changes (inotify)\n"
 		"      --open           answer open() in the daemon instead of letting the\n"
 		"                       kernel skip it (slower; for comparisons)\n"
+		"      --passthrough auto|on|off  let the kernel read files of 4 MiB or more\n"
+		"                       that the RAM cache holds whole straight from it (FUSE\n"
+		"                       passthrough: needs Linux 6.9+ and CAP_SYS_ADMIN). It\n"
+		"                       costs every open() a round trip, so auto (the\n"
+		"                       default) uses it only when such files hold half the\n"
+		"                       dataset's bytes; on: whenever it is available\n"
 		"      --log FILE       where the daemon writes its messages once detached\n"
 		"      --metrics-addr HOST:PORT  serve the counters over HTTP for Prometheus:\n"
 		"                       /metrics (its text format) and /stats.json, as in\n"
@@ -486,6 +493,16 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 			break;
 		case OPT_OPEN:
 			o->handle_open = 1;
+			break;
+		case OPT_PASSTHROUGH:
+			if (!strcmp(optarg, "auto"))
+				o->passthrough = CORE_PT_AUTO;
+			else if (!strcmp(optarg, "on"))
+				o->passthrough = CORE_PT_ON;
+			else if (!strcmp(optarg, "off"))
+				o->passthrough = CORE_PT_OFF;
+			else
+				FAIL("--passthrough %s: expected auto, on or off", optarg);
 			break;
 		case OPT_LOG:
 			o->log_file = optarg;

@@ -145,6 +145,11 @@ static int cache_setup(struct core *c, const struct core_opts *o)
 
 	index_totals(c->ix, &t);
 	c->cache_need = t.bytes + (t.files + t.bytes / c->chunk + 1) * 64;
+	/* Large files in backings: whole pages, and one more to align each. */
+	uint64_t small = t.bytes - (c->pt_planned ? c->pt_large_bytes : 0);
+	c->cache_need_small = small + (t.files + small / c->chunk + 1) * 64;
+	if (c->pt_planned)
+		c->cache_need += c->pt_large_files * 8192;
 	if (o->cache_default) {
 		cap = core_ram_bytes() / 100 * CORE_DEFAULT_CACHE_PERCENT;
 		if (cap > c->cache_need)
@@ -170,6 +175,8 @@ static int cache_setup(struct core *c, const struct core_opts *o)
 			  strerror(-err));
 		return err;
 	}
+	if (c->pt_planned)
+		cache_set_backing(c->cache, CORE_PT_MIN_SIZE);
 	if (c->persist)
 		persist_adopt(c->persist, c->cache, persist_resolve, persist_path, c, o->scan_threads);
 	return 0;
@@ -295,15 +302,17 @@ static void options_text(struct core *c)
 	const struct core_opts *o = &c->opts;
 	static const char *const persist[] = { "off", "crash", "always" };
 	static const char *const page[] = { "auto", "keep", "drop" };
+	static const char *const pt[] = { "auto", "on", "off" };
 
 	snprintf(c->options, sizeof(c->options),
 		 "cache-size=%llu cache-chunk=%u persist=%s cache-dirs=%u prefetch-mem=%llu prefetch-window=%u "
-		 "order=%s page-cache=%s mem-watch=%s timeout=%g verify=%s manifest=%s prep=%s peers=%s",
+		 "order=%s page-cache=%s mem-watch=%s timeout=%g verify=%s manifest=%s prep=%s peers=%s "
+		 "passthrough=%s",
 		 (unsigned long long)core_cache_capacity(c), c->chunk, persist[o->persist % 3], o->ncache_dirs,
 		 (unsigned long long)o->prefetch_mem, o->prefetch_window ? o->prefetch_window : PREFETCH_DEFAULT_WINDOW,
 		 o->no_order ? "off" : "on", page[o->page_cache % 3], o->no_mem_watch ? "off" : "on", o->timeout,
 		 o->verify ? "on" : "off", c->man ? "on" : "off", c->prep ? "on" : "off",
-		 c->peer.owns ? "on" : "off");
+		 c->peer.owns ? "on" : "off", pt[o->passthrough % 3]);
 }
 
 /* ---- .epochfs/order/, staging and the prefetcher ---- */
@@ -413,6 +422,7 @@ int core_open(const struct core_opts *o, struct core **out)
 	/* The manifest first: what the caches adopt is checked against it. */
 	if (o->manifest && (err = manifest_setup(c, o->manifest)) < 0)
 		goto fail;
+	core_pt_plan(c);            /* before the cache: where large files go */
 	err = cache_setup(c, o);
 	if (err < 0)
 		goto fail;
@@ -512,7 +522,7 @@ int core_start(struct core *c)
 	if (c->cache) {
 		struct maint_opts mo = { .scrub_rate = c->opts.scrub_rate,
 					 .prefault_window = c->opts.prefault_window,
-					 .prefault_limit = c->cache_need,
+					 .prefault_limit = c->pt_planned ? c->cache_need_small : c->cache_need,
 					 .cmd = debug_cmd, .arg = c };
 		err = maint_start(c->cache, &mo, &c->maint);
 		if (err < 0) {
@@ -579,6 +589,7 @@ void core_close(struct core *c)
 	storage_free(c->st);
 	staging_free(c->staging);
 	control_free(c->ctl);
+	core_pt_free(c);
 	cache_free(c->cache);
 	/* After the cache: it records until then. A clean stop gives the
 	 * memory back unless the state is kept on purpose; a mount refused
@@ -626,16 +637,6 @@ void core_set_copy_drop(struct core *c, core_copy_fn fn, void *arg)
 {
 	c->copy_fn = fn;
 	c->copy_arg = arg;
-}
-
-void core_set_passthrough(struct core *c, const char *state)
-{
-	/* One writer (the INIT handler); the flag keeps a second from
-	 * rewriting the text under a reader. */
-	if (__atomic_exchange_n(&c->passthrough_said, 1, __ATOMIC_ACQ_REL))
-		return;
-	snprintf(c->passthrough_text, sizeof(c->passthrough_text), "%s", state);
-	__atomic_store_n(&c->passthrough, c->passthrough_text, __ATOMIC_RELEASE);
 }
 
 void core_probe_answer(struct core *c, void *cookie, int resident)

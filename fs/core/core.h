@@ -58,6 +58,17 @@ enum persist_mode {
 	PERSIST_MODE_ALWAYS,        /* a clean stop keeps it too */
 };
 
+/* Whether the mount serves large cached files by kernel passthrough
+ * (--passthrough; docs/design.md, "Kernel passthrough"). */
+enum core_passthrough_mode {
+	CORE_PT_AUTO,               /* where it is available and large files hold half the bytes */
+	CORE_PT_ON,                 /* wherever it is available */
+	CORE_PT_OFF,
+};
+/* Files this large, when the RAM cache holds them whole, are read by the
+ * kernel from the cache's memfd (docs/design.md says why this size). */
+#define CORE_PT_MIN_SIZE (4ull << 20)
+
 struct core_opts {
 	const char *source;         /* the dataset directory */
 	unsigned scan_threads;      /* 0: default */
@@ -97,6 +108,7 @@ struct core_opts {
 	unsigned ncache_dir_sizes;
 	int cache_dir_buffered;     /* the tier read through its page cache, not O_DIRECT */
 	const char *metrics_addr;   /* serve /metrics and /stats.json over HTTP here (NULL: no) */
+	int passthrough;            /* enum core_passthrough_mode */
 };
 
 /* The memory the daemon may use (0 if unknown): physical memory, or its
@@ -185,6 +197,37 @@ void core_read(struct core *c, uint64_t node, off_t off, size_t len, core_read_f
  * jobs' streams) take them; anything else is -EROFS. core_open_check(): may NODE be opened with FLAGS (O_ACCMODE,
  * O_TRUNC)? 0 or -errno; *A gets its attributes (flags say how). */
 int core_open_check(struct core *c, uint64_t node, int flags, struct core_attr *a);
+
+/* ---- opens, and kernel passthrough (fs/core/passthrough.c) ------------- */
+
+/* What the adapter lends the core for the length of one request: the means
+ * to register a backing file with the kernel (OPEN: FD, which the core
+ * closes after; the kernel's id > 0, or -errno) and to drop one (RELEASE,
+ * or an OPEN whose reply did not arrive). */
+struct core_backing_reg {
+	int (*open)(void *ctx, int fd);
+	void (*close)(void *ctx, int id);
+	void *ctx;
+};
+
+/* The kernel connected (INIT). OFFERED: it offers FUSE passthrough.
+ * Decides, once, whether this mount uses passthrough: answers OPEN and
+ * has the kernel read files the RAM cache holds whole from it; logs one
+ * line saying which and why; stats.json's "passthrough" says the same.
+ * Returns 1 when it does (the adapter asks the kernel for it and answers
+ * OPEN), else 0 (the copy path; the adapter may keep the no-open mode). */
+int core_passthrough_start(struct core *c, int offered);
+
+/* An OPEN of NODE with FLAGS (the adapter answers OPEN). Checks as
+ * core_open_check() (attributes in *A), and for a file of
+ * CORE_PT_MIN_SIZE bytes or more, while the mount uses passthrough:
+ * *BACKING_ID > 0 when the kernel should read it from that backing file
+ * (the RAM cache holds it whole, or an earlier open of the same node
+ * reads it so), else 0 (the copy path). *FH: what the open holds, for
+ * core_release() (0: nothing). Revalidates as a read does: a file that
+ * changed is never opened on its old backing. 0 or -errno. */
+int core_open_file(struct core *c, uint64_t node, int flags, const struct core_backing_reg *reg,
+		   struct core_attr *a, int *backing_id, uint64_t *fh);
 int core_access(struct core *c, uint64_t node, int mask);
 ssize_t core_write(struct core *c, uint64_t node, const void *buf, size_t len, off_t off);
 /* Who asks for a create or an unlink (the FUSE request's caller): a
@@ -199,8 +242,10 @@ int core_create(struct core *c, uint64_t parent, const char *name, const struct 
  * attributes); 0 and *A, or -errno. */
 int core_truncate(struct core *c, uint64_t node, off_t size, struct core_attr *a);
 int core_unlink(struct core *c, uint64_t parent, const char *name, const struct core_caller *who);
-/* The kernel closed a file it opened through us (a spec: it is committed). */
-void core_release(struct core *c, uint64_t node);
+/* The kernel closed a file it opened through us (FH from core_open_file(),
+ * 0 for a create): a spec is committed; a node's backing file is dropped
+ * with its last passthrough open (REG as for the open). */
+void core_release(struct core *c, uint64_t node, uint64_t fh, const struct core_backing_reg *reg);
 /* The kernel dropped NLOOKUP references to NODE. */
 void core_forget(struct core *c, uint64_t node, uint64_t nlookup);
 
@@ -231,11 +276,6 @@ void core_set_copy_drop(struct core *c, core_copy_fn fn, void *arg);
  * pressure (every copy in the kernel squeezes the job). Seconds. */
 double core_copy_drop_delay(const struct core *c);
 
-/* Whether this mount's reads could be served by the kernel from backing
- * files (FUSE passthrough), in words for stats.json ("passthrough"):
- * "available", or "no: WHY". The adapter says it once, when the kernel
- * connects (INIT); a later call changes nothing. Any thread. */
-void core_set_passthrough(struct core *c, const char *state);
 
 /* How long a check of an entry against SOURCE stays valid: --timeout, or
  * the CORE_TIMEOUT_* default settled by core_start(). Nothing in the kernel

@@ -26,6 +26,7 @@ struct order;
 struct persist;
 struct prefetch;
 struct prepdir;
+struct pt_opens;
 struct memory;
 struct staging;
 struct storage;
@@ -46,9 +47,19 @@ struct core {
 	char persist_why[720];      /* "on (MODE): DIR", or "off..." and why: stats.json's persist_state */
 	char *mountpoint;           /* absolute, for stats.json (NULL: none given) */
 	char options[512];          /* the options in force, for stats.json */
-	char passthrough_text[200]; /* written once, before passthrough points to it */
-	int passthrough_said;       /* atomic: core_set_passthrough() was called */
+	/* Kernel passthrough (passthrough.c). */
+	int pt_planned;             /* all it takes but the kernel's offer holds (core_open): large
+				     * files go to backings until INIT says otherwise */
+	int pt_said;                /* atomic: core_passthrough_start() was called */
+	int pt_use;                 /* atomic: the mount uses passthrough (set once, at INIT) */
+	uint64_t pt_large_bytes;    /* bytes in files of CORE_PT_MIN_SIZE or more */
+	uint64_t pt_large_files;
+	char pt_why[240];           /* the plan, in words, for the INIT line */
+	char passthrough_text[320]; /* written once, before passthrough points to it */
+	char pt_avail_text[200];    /* likewise, for pt_avail */
 	const char *passthrough;    /* atomic: stats.json's passthrough; NULL until INIT */
+	const char *pt_avail;       /* atomic: stats.json's passthrough_available; NULL until INIT */
+	struct pt_opens *opens;     /* the open large files by node, while the mount uses passthrough */
 	int served;                 /* core_start() succeeded: a later core_close() is a clean stop */
 	struct tier *tier;          /* the SSD tier (the first source, and a store); NULL: none */
 	struct maint *maint;        /* the cache's background thread; NULL: none */
@@ -66,6 +77,7 @@ struct core {
 	int nsources;
 	uint32_t chunk;
 	uint64_t cache_need;        /* arena bytes the whole dataset would take */
+	uint64_t cache_need_small;  /* ... its files under CORE_PT_MIN_SIZE (the rest in backings) */
 	double timeout;             /* core_timeout(), settled by core_start() */
 	struct stats stats;
 	struct core_opts opts;
@@ -110,6 +122,16 @@ int core_render(void *arg, enum control_file f, char *buf, size_t len);
 /* metrics.c: the same over HTTP (httpd.h's render callback): /metrics,
  * /stats.json, and / (a line saying where they are). */
 int core_render_http(void *arg, const char *path, char *buf, size_t len, const char **type);
+
+/* passthrough.c: the plan before the mount (after the scan, before the
+ * cache is made): whether large files go to backings; and the table of
+ * open large files, freed at core_close(). */
+void core_pt_plan(struct core *c);
+void core_pt_free(struct core *c);
+/* passthrough.c: large nodes open in passthrough now (a gauge). */
+unsigned core_pt_open_files(struct core *c);
+/* passthrough.c: the release of an open core_open_file() gave FH. */
+void core_pt_release(struct core *c, uint64_t node, uint64_t fh, const struct core_backing_reg *reg);
 
 /* The index entry of path REL (LEN bytes) below SOURCE, not gone: 0 and
  * *A, or -ENOENT / -ENAMETOOLONG. */

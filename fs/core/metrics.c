@@ -80,11 +80,19 @@ int core_samples(struct core *c, struct sample *out, int max)
 		out[n++] = (struct sample){ .name = "options", .help = "The options in force",
 					    .kind = SAMPLE_INFO, .text = c->options };
 	const char *pt = __atomic_load_n(&c->passthrough, __ATOMIC_ACQUIRE);
+	const char *pa = __atomic_load_n(&c->pt_avail, __ATOMIC_ACQUIRE);
 	if (n < max)
 		out[n++] = (struct sample){ .name = "passthrough", .kind = SAMPLE_INFO,
-					    .help = "Whether the kernel could serve reads from backing files "
-						    "(FUSE passthrough): available, or no and why",
+					    .help = "Whether the kernel reads the files the RAM cache holds whole "
+						    "straight from it (FUSE passthrough): on, or off and why",
 					    .text = pt ? pt : "unknown: the kernel has not connected yet" };
+	if (n < max)
+		out[n++] = (struct sample){ .name = "passthrough_available", .kind = SAMPLE_INFO,
+					    .help = "Whether this kernel and daemon could use FUSE passthrough: "
+						    "yes, or no and why",
+					    .text = pa ? pa : "unknown: the kernel has not connected yet" };
+	GAUGE("passthrough_open_files", "Files open now whose reads the kernel serves from the RAM cache",
+	      core_pt_open_files(c));
 	GAUGE("files", "Regular files in the index", t.files);
 	GAUGE("dirs", "Directories in the index", t.dirs);
 	GAUGE("symlinks", "Symbolic links in the index", t.symlinks);
@@ -114,6 +122,17 @@ int core_samples(struct core *c, struct sample *out, int max)
 		cs.given_back);
 	COUNTER("cache_given_back_items", "Cached items dropped with them", cs.given_back_items);
 	COUNTER("cache_no_space", "Items not admitted: the state directory's tmpfs is full", cs.no_space);
+	GAUGE("cache_backed_files", "Large files whose cached items live in a memfd of their own", cs.backed_files);
+	GAUGE("cache_backed_bytes", "Bytes of those files", cs.backed_bytes);
+	GAUGE("cache_backed_whole", "Of those files, the ones held whole (an open may be served by passthrough)",
+	      c->cache ? cache_backed_whole(c->cache) : 0);
+	GAUGE("cache_backing_space_bytes", "Budget charged to those memfds (part of cache_used_bytes)",
+	      cs.backing_space);
+	COUNTER("cache_backings_made", "Memfds made for large files", cs.backings_made);
+	COUNTER("cache_backings_retired", "Memfds retired: their file changed, an item failed its checksum",
+		cs.backings_retired);
+	COUNTER("cache_backing_failures", "Memfds that could not be made (the file went to the arena)",
+		cs.backing_failures);
 	struct persist_stats pst = { 0 };
 	if (c->persist)
 		persist_get_stats(c->persist, &pst);

@@ -170,10 +170,12 @@ int core_unlink(struct core *c, uint64_t parent, const char *name, const struct 
 	return o->unlink ? o->unlink(c, parent, name, &me) : -EROFS;
 }
 
-void core_release(struct core *c, uint64_t node)
+void core_release(struct core *c, uint64_t node, uint64_t fh, const struct core_backing_reg *reg)
 {
 	const struct ns_ops *o = ops[ns_of(node)];
 
+	if (fh)
+		core_pt_release(c, node, fh, reg);
 	if (o->release)
 		o->release(c, node);
 }

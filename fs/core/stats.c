@@ -25,6 +25,11 @@ static const struct {
 	[STAT_PEER_LIES] = { "peer_lies", "Peer replies whose bytes did not match the manifest (read from storage instead)" },
 	[STAT_MANIFEST_MISMATCHES] = { "manifest_mismatches", "Storage loads whose bytes did not match the manifest (served, never cached)" },
 	[STAT_COPIES_DROPPED] = { "page_cache_drops", "Files whose copy in the kernel's page cache was dropped once read (memory too tight to keep the dataset there)" },
+	[STAT_OPENS] = { "opens", "Opens answered by the daemon (with kernel passthrough, or --open)" },
+	[STAT_PT_OPENS] = { "passthrough_opens", "Opens answered with a backing file: the kernel reads the file from the RAM cache itself" },
+	[STAT_PT_REGISTERED] = { "passthrough_registered", "Backing files registered with the kernel (one per file while it is open)" },
+	[STAT_PT_BUSY] = { "passthrough_busy", "Opens of a file the RAM cache holds whole that went through the daemon, because an open of it already did" },
+	[STAT_PT_ERRORS] = { "passthrough_errors", "Backing files the kernel refused (the file was read through the daemon)" },
 };
 
 void stats_init(struct stats *s)

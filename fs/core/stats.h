@@ -27,6 +27,11 @@ enum stat_id {
 	STAT_PEER_LIES,         /* peer replies that did not match the manifest */
 	STAT_MANIFEST_MISMATCHES, /* storage loads that did not match the manifest */
 	STAT_COPIES_DROPPED,    /* files whose kernel copy was dropped once read (memory tight) */
+	STAT_OPENS,             /* opens answered by the daemon (it answers OPEN) */
+	STAT_PT_OPENS,          /* of them, answered with a backing file: the kernel reads it */
+	STAT_PT_REGISTERED,     /* backing files registered with the kernel */
+	STAT_PT_BUSY,           /* opens of a file held whole that an open through the daemon kept there */
+	STAT_PT_ERRORS,         /* backing files the kernel refused */
 	STAT__COUNT
 };
 

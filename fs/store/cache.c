@@ -13,7 +13,8 @@
  * - States: LOADING -> READY, or LOADING -> DEAD. Waiters are queued under
  *   a striped mutex while LOADING and called after the transition, outside
  *   the lock. A READY item is immutable, so a hit reads it with no lock.
- * - Giving memory back (cache_give_back, under memory pressure only): the
+ * - Giving memory back (cache_give_back, under memory pressure only, in
+ *   cache_mem.c with everything else about the arena's pages): the
  *   arena's tail is cut off. Hits read items with no lock, so a hit is a
  *   read section: from the lookup to cache_put() the reader's thread counts
  *   in one of RD_STRIPES padded counters (a thread keeps its stripe), one
@@ -23,6 +24,10 @@
  *   entered after it finds the items DEAD (all of it sequentially
  *   consistent), and readers that keep coming never hold the giver up. Only then are the pages returned
  *   (MADV_DONTNEED) and the bump pointer moved back to the cut.
+ * - Large files (cache_set_backing): a file's items live in a memfd of its
+ *   own (backing.h), charged as one range of the arena's offsets that the
+ *   arena leaves untouched; everything above (offsets, give-backs, cuts)
+ *   goes by an item's `off`, its place in that space, not by its address.
  * - A file arena (tmpfs, persist.h) differs in three places: its pages are
  *   allocated with fallocate() before a load or the prefaulter writes
  *   there (the `reserved` mark), since a write fault on a full tmpfs is a
@@ -42,59 +47,9 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "store/cache.h"
+#include "store/backing.h"
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23      /* Linux 5.14 */
-#endif
-#define PREFAULT_STEP (32ull << 20)
-#define PAGE_BYTES 4096ull
-
-enum { ST_LOADING = 1, ST_READY, ST_DEAD };
-
-#define CACHE_STRIPES 64
-#define CACHE_ALIGN 64
-#define RD_STRIPES 64
-
-struct rd_stripe {
-	uint64_t n[2];                  /* atomic: threads inside a read section, per phase */
-	char pad[48];
-};
-
-struct citem {
-	uint64_t key;
-	struct index_version v;
-	char *data;
-	size_t len;
-	uint64_t xxh;                   /* set before READY is published */
-	int state;                      /* atomic */
-	struct cache_waiter *waiters;   /* stripe lock, while LOADING */
-	struct citem *all_next;         /* every item ever made, for cache_free */
-};
-
-struct cache {
-	struct cache_opts o;
-	char *arena;
-	uint64_t used;                  /* atomic: bytes handed out */
-	struct citem **slots;           /* atomic pointers */
-	uint64_t mask;
-	struct citem *all;              /* atomic push-only list */
-	pthread_mutex_t stripes[CACHE_STRIPES];
-	struct cache_stats st;          /* atomic counters (capacity/used/items derived) */
-	pthread_mutex_t scrub_lock;     /* one scrubber at a time (its cursor) */
-	uint64_t scrub_cursor;          /* next slot the scrubber looks at */
-	uint64_t ready;                 /* atomic */
-	uint64_t prefaulted;            /* atomic; arena bytes made resident by cache_prefault */
-	uint64_t limit;                 /* atomic: admissions stop here (<= capacity) */
-	uint64_t reserve;               /* atomic: ... or this far short of the capacity */
-	uint64_t given_back, given_back_items;  /* atomic counters */
-	pthread_mutex_t give_lock;      /* one giver at a time */
-	struct rd_stripe rd[RD_STRIPES];
-	unsigned rd_phase;              /* atomic: the counter (n[phase & 1]) readers enter */
-	struct cache_persist_hooks ph;  /* set before use; fn NULL: none */
-	uint64_t reserved;              /* atomic: file arena bytes allocated (fallocate) */
-	pthread_mutex_t reserve_lock;   /* one allocator of the file at a time */
-};
+#include "store/cache_int.h"
 
 static unsigned rd_next;                /* atomic: hands stripes out to threads */
 static __thread int rd_slot = -1;
@@ -114,8 +69,6 @@ static void rd_leave(struct cache *c, unsigned slot)
 {
 	__atomic_sub_fetch(&c->rd[slot >> 1].n[slot & 1], 1, __ATOMIC_SEQ_CST);
 }
-
-#define INC(x) __atomic_add_fetch(&(x), 1, __ATOMIC_RELAXED)
 
 static uint64_t key_of(uint32_t id, uint32_t chunk)
 {
@@ -168,7 +121,7 @@ int cache_new(const struct cache_opts *o, struct cache **out)
 	else
 		c->arena = mmap(NULL, o->capacity, PROT_READ | PROT_WRITE,
 				MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (!c->slots || c->arena == MAP_FAILED) {
+	if (!c->slots || c->arena == MAP_FAILED || backing_set_new(0, &c->bs) < 0) {
 		if (c->arena != MAP_FAILED)
 			munmap(c->arena, o->capacity);
 		free(c->slots);
@@ -182,6 +135,7 @@ int cache_new(const struct cache_opts *o, struct cache **out)
 	pthread_mutex_init(&c->scrub_lock, NULL);
 	pthread_mutex_init(&c->give_lock, NULL);
 	pthread_mutex_init(&c->reserve_lock, NULL);
+	pthread_mutex_init(&c->prefault_lock, NULL);
 	*out = c;
 	return 0;
 }
@@ -199,6 +153,8 @@ void cache_free(struct cache *c)
 	pthread_mutex_destroy(&c->scrub_lock);
 	pthread_mutex_destroy(&c->give_lock);
 	pthread_mutex_destroy(&c->reserve_lock);
+	pthread_mutex_destroy(&c->prefault_lock);
+	backing_set_free(c->bs);
 	if (c->o.arena_file) {
 		/* What the daemon leaves behind holds items only: the pages made
 		 * resident ahead of the fill go back. */
@@ -220,49 +176,10 @@ void cache_set_persist_hooks(struct cache *c, const struct cache_persist_hooks *
 		memset(&c->ph, 0, sizeof(c->ph));
 }
 
-/* A file arena: allocates its pages up to END (rounded up to a page) so a
- * write there cannot fault on a full filesystem. 0 or -errno (-ENOSPC). */
-static int arena_reserve(struct cache *c, uint64_t end)
-{
-	int err = 0;
 
-	if (!c->o.arena_file || end <= __atomic_load_n(&c->reserved, __ATOMIC_ACQUIRE))
-		return 0;
-	end = (end + PAGE_BYTES - 1) & ~(PAGE_BYTES - 1);
-	if (end > c->o.capacity)
-		end = c->o.capacity;
-	pthread_mutex_lock(&c->reserve_lock);
-	uint64_t from = __atomic_load_n(&c->reserved, __ATOMIC_ACQUIRE);
-	struct statfs sf;
-	if (end > from && c->o.fs_floor && fstatfs(c->o.arena_fd, &sf) == 0 &&
-	    (uint64_t)sf.f_bavail * (uint64_t)sf.f_bsize < c->o.fs_floor + (end - from)) {
-		err = -ENOSPC;      /* others need the rest (PyTorch's batches on /dev/shm) */
-	} else if (end > from) {
-		if (fallocate(c->o.arena_fd, FALLOC_FL_KEEP_SIZE, (off_t)from, (off_t)(end - from)) < 0)
-			err = -errno;
-		else
-			__atomic_store_n(&c->reserved, end, __ATOMIC_RELEASE);
-	}
-	pthread_mutex_unlock(&c->reserve_lock);
-	return err;
-}
 
-/* Gives the arena's pages in [FROM, TO) back to the kernel (FROM page
- * aligned). No item may be read or written there. */
-static void arena_release(struct cache *c, uint64_t from, uint64_t to)
-{
-	if (to <= from)
-		return;
-	if (!c->o.arena_file) {
-		madvise(c->arena + from, to - from, MADV_DONTNEED);
-		return;
-	}
-	pthread_mutex_lock(&c->reserve_lock);
-	fallocate(c->o.arena_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)from, (off_t)(to - from));
-	if (__atomic_load_n(&c->reserved, __ATOMIC_ACQUIRE) > from)
-		__atomic_store_n(&c->reserved, from, __ATOMIC_RELEASE);
-	pthread_mutex_unlock(&c->reserve_lock);
-}
+
+
 
 /* Where admissions stop: the limit, and never within the reserve. */
 static uint64_t admit_end(struct cache *c)
@@ -274,22 +191,61 @@ static uint64_t admit_end(struct cache *c)
 	return limit < top ? limit : top;
 }
 
-/* Reserves LEN bytes of arena, or NULL when the budget cannot hold them. */
-static char *arena_alloc(struct cache *c, size_t len)
+/* Reserves LEN bytes of arena from a multiple of ALIGN (a power of two;
+ * 1: where the last allocation ended, 64-byte aligned but for the
+ * budget's tail), or NULL when the budget cannot hold them. */
+static char *arena_alloc(struct cache *c, size_t len, uint64_t align)
 {
-	uint64_t want = (len + CACHE_ALIGN - 1) & ~(uint64_t)(CACHE_ALIGN - 1);
-	uint64_t u = __atomic_load_n(&c->used, __ATOMIC_RELAXED);
+	uint64_t want, at, u = __atomic_load_n(&c->used, __ATOMIC_RELAXED);
 
 	do {
 		uint64_t limit = admit_end(c);
+		at = (u + align - 1) & ~(align - 1);
+		want = (len + CACHE_ALIGN - 1) & ~(uint64_t)(CACHE_ALIGN - 1);
 		/* The last item may use the budget's unaligned tail. */
-		if (u + len > limit)
+		if (at + len > limit)
 			return NULL;
-		if (u + want > limit)
-			want = limit - u;
-	} while (!__atomic_compare_exchange_n(&c->used, &u, u + want, 0, __ATOMIC_RELAXED,
+		if (at + want > limit)
+			want = limit - at;
+	} while (!__atomic_compare_exchange_n(&c->used, &u, at + want, 0, __ATOMIC_RELAXED,
 					      __ATOMIC_RELAXED));
-	return c->arena + u;
+	return c->arena + at;
+}
+
+/* backing.h's reserve callback: SPAN bytes of budget (whole pages) for a
+ * new backing, from a page boundary, so the arena can skip the range page
+ * by page. Under the backing set's lock: no lock here. */
+static int reserve_range(void *arg, uint64_t span, uint64_t *off)
+{
+	struct cache *c = arg;
+	char *d = arena_alloc(c, span, PAGE_BYTES);
+
+	if (!d)
+		return -ENOSPC;
+	*off = (uint64_t)(d - c->arena);
+	return 0;
+}
+
+
+/* Large files: item IT (chunk CHUNK of file ID at version V) is placed in
+ * the file's backing, made now if the file has none. 0 and *DATA, or
+ * -errno: the arena takes it (no budget for the whole file, a newer
+ * version's backing, no memfd). */
+static int place_in_backing(struct cache *c, struct citem *it, uint32_t id, uint32_t chunk,
+			    const struct index_version *v, char **data)
+{
+	struct backing_place p;
+	int r = backing_claim(c->bs, id, v, c->o.chunk, reserve_range, c, &it->bk, &p);
+
+	if (r < 0) {
+		it->bk = NULL;
+		return r;
+	}
+	if (r == 1)
+		cache_arena_unback(c, p.off, p.span);
+	it->off = p.off + (uint64_t)chunk * c->o.chunk;
+	*data = p.map + (uint64_t)chunk * c->o.chunk;
+	return 0;
 }
 
 static struct citem *item_new(struct cache *c, uint64_t key, const struct index_version *v)
@@ -331,6 +287,20 @@ static void finish(struct cache *c, struct citem *it, int state)
 	rd_leave(c, rd);
 }
 
+/* IT left READY for DEAD. RETIRE: it died alone (stale, corrupt), and its
+ * backing, if any, is retired with it: a backing's bytes never change once
+ * ready (the kernel may be serving them), so the file gets a new one and
+ * the old one's other items go at the next reap. */
+void cache_lost(struct cache *c, struct citem *it, int retire)
+{
+	__atomic_sub_fetch(&c->ready, 1, __ATOMIC_RELAXED);
+	if (it->bk) {
+		backing_count(it->bk, -1);
+		if (retire)
+			backing_retire(c->bs, it->bk);
+	}
+}
+
 /* Checks a READY item's bytes against its checksum. On a mismatch the item
  * is retired (DEAD, counted once) and 0 returned: it is never served again,
  * and the next read goes to the source and may admit it anew. */
@@ -343,7 +313,7 @@ static int item_intact(struct cache *c, struct citem *it)
 	if (__atomic_compare_exchange_n(&it->state, &ready, ST_DEAD, 0, __ATOMIC_ACQ_REL,
 					__ATOMIC_RELAXED)) {
 		INC(c->st.corrupt);
-		__atomic_sub_fetch(&c->ready, 1, __ATOMIC_RELAXED);
+		cache_lost(c, it, 1);
 	}
 	return 0;
 }
@@ -354,9 +324,14 @@ static int item_intact(struct cache *c, struct citem *it)
 static int admit(struct cache *c, struct citem **slot, struct citem *old, uint64_t key,
 		 const struct index_version *v, size_t len, struct cache_ref *ref)
 {
+	uint64_t bmin = __atomic_load_n(&c->backing_min, __ATOMIC_RELAXED);
+	int large = bmin && v->size >= bmin;
 	struct citem *it;
+	char *data;
 
-	if (__atomic_load_n(&c->used, __ATOMIC_RELAXED) + len > admit_end(c)) {
+	/* A large file's backing holds its budget already. */
+	if (__atomic_load_n(&c->used, __ATOMIC_RELAXED) + len > admit_end(c) &&
+	    !(large && backing_live(c->bs, (uint32_t)(key >> 32), v))) {
 		INC(c->st.full);
 		return CACHE_MISS;
 	}
@@ -369,13 +344,15 @@ static int admit(struct cache *c, struct citem **slot, struct citem *old, uint64
 		return -1;
 	}
 	it->len = len;              /* before data: cache_give_back reads both */
-	char *data = arena_alloc(c, len);
+	if (large && place_in_backing(c, it, (uint32_t)(key >> 32), (uint32_t)key, v, &data) == 0)
+		goto placed;
+	data = arena_alloc(c, len, 1);
 	if (!data) {
 		INC(c->st.full);
 		finish(c, it, ST_DEAD);
 		return CACHE_MISS;
 	}
-	if (arena_reserve(c, (uint64_t)(data - c->arena) + len) < 0) {
+	if (cache_arena_reserve(c, (uint64_t)(data - c->arena) + len) < 0) {
 		/* The file's filesystem is full: admissions stop where it ran out. */
 		uint64_t at = (uint64_t)(data - c->arena), lim = __atomic_load_n(&c->limit, __ATOMIC_RELAXED);
 		while (lim > at && !__atomic_compare_exchange_n(&c->limit, &lim, at, 0, __ATOMIC_SEQ_CST,
@@ -385,6 +362,8 @@ static int admit(struct cache *c, struct citem **slot, struct citem *old, uint64
 		finish(c, it, ST_DEAD);
 		return CACHE_MISS;
 	}
+	it->off = (uint64_t)(data - c->arena);
+placed:
 	__atomic_store_n(&it->data, data, __ATOMIC_RELEASE);
 	ref->item = it;
 	ref->data = data;
@@ -457,7 +436,7 @@ static enum cache_result get(struct cache *c, uint32_t id, uint32_t chunk,
 			    __atomic_compare_exchange_n(&it->state, &state, ST_DEAD, 0,
 							__ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
 				INC(c->st.stale);
-				__atomic_sub_fetch(&c->ready, 1, __ATOMIC_RELAXED);
+				cache_lost(c, it, 1);
 			}
 			if (state == ST_LOADING) {
 				INC(c->st.misses);
@@ -526,7 +505,9 @@ void cache_loaded(struct cache *c, struct cache_ref *ref, int ok)
 
 	if (ok) {
 		it->xxh = XXH3_64bits(it->data, it->len);
-		if (c->ph.ready)
+		if (it->bk)                 /* not recorded: a restart keeps no backing */
+			backing_count(it->bk, 1);
+		else if (c->ph.ready)
 			c->ph.ready(c->ph.arg, (uint32_t)(it->key >> 32), (uint32_t)it->key, &it->v,
 				    (uint64_t)(it->data - c->arena), it->len, it->xxh);
 		/* Counted once recorded: an item in cache_items survives a kill -9. */
@@ -556,6 +537,14 @@ void cache_get_stats(struct cache *c, struct cache_stats *s)
 	s->adopted_bytes = LD(c->st.adopted_bytes);
 	s->no_space = LD(c->st.no_space);
 #undef LD
+	struct backing_stats bst;
+	backing_get_stats(c->bs, &bst);
+	s->backed_files = bst.files;
+	s->backed_bytes = bst.bytes;
+	s->backing_space = bst.space;
+	s->backings_made = bst.made;
+	s->backings_retired = bst.retired;
+	s->backing_failures = bst.failed;
 }
 
 uint64_t cache_scrub(struct cache *c, uint64_t max_bytes)
@@ -585,30 +574,23 @@ uint64_t cache_scrub(struct cache *c, uint64_t max_bytes)
 	return done;
 }
 
-int64_t cache_prefault(struct cache *c, uint64_t upto)
-{
-	uint64_t done = __atomic_load_n(&c->prefaulted, __ATOMIC_RELAXED), start = done;
-	/* Never past the limit: pages given back stay given back. */
-	uint64_t end = (__atomic_load_n(&c->limit, __ATOMIC_RELAXED) + PAGE_BYTES - 1) &
-		       ~(uint64_t)(PAGE_BYTES - 1);
-	/* Whole pages only, so the next call starts page-aligned, as madvise
-	 * requires; the mapping itself runs to the capacity's last page. */
-	uint64_t target = upto > end ? end : (upto + PAGE_BYTES - 1) & ~(uint64_t)(PAGE_BYTES - 1);
 
-	while (done < target) {
-		uint64_t n = target - done < PREFAULT_STEP ? target - done : PREFAULT_STEP;
-		int err = arena_reserve(c, done + n);
-		if (err < 0)
-			return err;
-		/* Touches each page for writing without changing its bytes, so
-		 * racing a load that writes the same pages is harmless. */
-		if (madvise(c->arena + done, n, MADV_POPULATE_WRITE) < 0)
-			return -errno;
-		done += n;
-		__atomic_store_n(&c->prefaulted, done, __ATOMIC_RELAXED);
-	}
-	return (int64_t)(done - start);
+
+void cache_set_backing(struct cache *c, uint64_t min_size)
+{
+	__atomic_store_n(&c->backing_min, min_size, __ATOMIC_RELAXED);
 }
+
+uint64_t cache_backed_whole(struct cache *c)
+{
+	return backing_whole(c->bs);
+}
+
+int cache_backing_fd(struct cache *c, uint32_t id, const struct index_version *v)
+{
+	return backing_open_fd(c->bs, id, v);
+}
+
 
 int cache_debug_corrupt_any(struct cache *c, uint64_t start, uint32_t *id, uint32_t *chunk)
 {
@@ -642,126 +624,6 @@ int cache_debug_corrupt(struct cache *c, uint32_t id, uint32_t chunk, size_t off
 	return -ENOENT;
 }
 
-void cache_set_reserve(struct cache *c, uint64_t bytes)
-{
-	__atomic_store_n(&c->reserve, bytes, __ATOMIC_SEQ_CST);
-}
-
-void cache_set_limit(struct cache *c, uint64_t limit)
-{
-	if (limit > c->o.capacity)
-		limit = c->o.capacity;
-	pthread_mutex_lock(&c->give_lock);
-	__atomic_store_n(&c->limit, limit, __ATOMIC_SEQ_CST);
-	pthread_mutex_unlock(&c->give_lock);
-}
-
-/* Waits out every read section that may have begun before the caller's
- * last store. Two phases, as in sleepable RCU: readers enter the counter
- * the phase names; each counter is drained while the phase points at the
- * other one, so only a reader that read the phase before the flip can
- * still enter it, and that reader's lookup comes after our stores. New
- * readers never hold a drain up (no starvation under a steady stream of
- * hits). Give lock held. */
-static void rd_drain(struct cache *c)
-{
-	for (int flip = 0; flip < 2; flip++) {
-		unsigned old = __atomic_fetch_add(&c->rd_phase, 1, __ATOMIC_SEQ_CST) & 1;
-		for (unsigned i = 0; i < RD_STRIPES; i++)
-			while (__atomic_load_n(&c->rd[i].n[old], __ATOMIC_SEQ_CST)) {
-				struct timespec ts = { 0, 50000 };
-				nanosleep(&ts, NULL);
-			}
-	}
-}
-
-uint64_t cache_give_back(struct cache *c, uint64_t bytes)
-{
-	uint64_t u, cut, low, freed, items = 0;
-	int busy = 0;
-
-	pthread_mutex_lock(&c->give_lock);
-	u = __atomic_load_n(&c->used, __ATOMIC_SEQ_CST);
-	if (!bytes) {
-		pthread_mutex_unlock(&c->give_lock);
-		return 0;
-	}
-	/* Arena pages made resident ahead of the fill but holding no item yet
-	 * go first: giving them costs no cached byte. Part 7 gave back during
-	 * epoch 0, with 57 MiB used of a 226 MiB prefaulted arena: only the
-	 * newest items went, the empty 169 MiB stayed resident, and the cache
-	 * stayed paused at 41 MiB (epochs at 0.9 D). Nothing is placed at or
-	 * past the bump pointer while it is parked, so no reader or loader is
-	 * in the pages above it. */
-	uint64_t released = 0;
-	{
-		uint64_t pf = __atomic_load_n(&c->prefaulted, __ATOMIC_RELAXED), empty;
-		if (__atomic_load_n(&c->limit, __ATOMIC_SEQ_CST) > u)
-			__atomic_store_n(&c->limit, u, __ATOMIC_SEQ_CST);
-		u = __atomic_exchange_n(&c->used, UINT64_MAX / 2, __ATOMIC_SEQ_CST);
-		empty = (u + PAGE_BYTES - 1) & ~(uint64_t)(PAGE_BYTES - 1);
-		if (pf > empty) {
-			arena_release(c, empty, pf);
-			__atomic_store_n(&c->prefaulted, empty, __ATOMIC_RELAXED);
-			__atomic_add_fetch(&c->given_back, pf - empty, __ATOMIC_RELAXED);
-			released = pf - empty;
-		}
-		__atomic_store_n(&c->used, u, __ATOMIC_SEQ_CST);
-		if (released >= bytes || !u) {   /* no item to give, or enough given */
-			pthread_mutex_unlock(&c->give_lock);
-			return released;
-		}
-		bytes -= released;  /* the rest from the newest items */
-	}
-	cut = bytes >= u ? 0 : u - bytes;
-	/* Nothing new at or past the cut: the limit comes down first, then the
-	 * bump pointer is parked far above it, so an allocation racing us
-	 * (it read the old limit) fails its compare-and-swap and sees both. */
-	if (__atomic_load_n(&c->limit, __ATOMIC_SEQ_CST) > cut)
-		__atomic_store_n(&c->limit, cut, __ATOMIC_SEQ_CST);
-	u = __atomic_exchange_n(&c->used, UINT64_MAX / 2, __ATOMIC_SEQ_CST);
-	/* Items reaching past the cut go; one loading there (or not placed
-	 * yet) holds it all up: try again later. */
-	low = cut;
-	for (struct citem *it = __atomic_load_n(&c->all, __ATOMIC_ACQUIRE); it; it = it->all_next) {
-		int st = __atomic_load_n(&it->state, __ATOMIC_ACQUIRE);
-		char *d = __atomic_load_n(&it->data, __ATOMIC_ACQUIRE);
-		if (st == ST_LOADING && (!d || d + it->len > c->arena + cut))
-			busy = 1;
-		if (d && st != ST_LOADING && d + it->len > c->arena + cut && (uint64_t)(d - c->arena) < low)
-			low = (uint64_t)(d - c->arena);
-	}
-	if (busy) {
-		__atomic_store_n(&c->used, u, __ATOMIC_SEQ_CST);
-		pthread_mutex_unlock(&c->give_lock);
-		return released;
-	}
-	for (struct citem *it = __atomic_load_n(&c->all, __ATOMIC_ACQUIRE); it; it = it->all_next) {
-		int ready = ST_READY;
-		if (it->data && it->data + it->len > c->arena + low &&
-		    __atomic_compare_exchange_n(&it->state, &ready, ST_DEAD, 0, __ATOMIC_SEQ_CST,
-						__ATOMIC_RELAXED)) {
-			__atomic_sub_fetch(&c->ready, 1, __ATOMIC_RELAXED);
-			items++;
-		}
-	}
-	rd_drain(c);                /* no reader is inside those items now */
-	if (c->ph.cut)
-		c->ph.cut(c->ph.arg, low);  /* before anything is placed past LOW again */
-	uint64_t from = (low + PAGE_BYTES - 1) & ~(PAGE_BYTES - 1);
-	arena_release(c, from, u);
-	if (__atomic_load_n(&c->prefaulted, __ATOMIC_RELAXED) > from)
-		__atomic_store_n(&c->prefaulted, from, __ATOMIC_RELAXED);
-	freed = u - low;
-	__atomic_add_fetch(&c->given_back, freed, __ATOMIC_RELAXED);
-	__atomic_add_fetch(&c->given_back_items, items, __ATOMIC_RELAXED);
-	if (__atomic_load_n(&c->limit, __ATOMIC_SEQ_CST) > low)
-		__atomic_store_n(&c->limit, low, __ATOMIC_SEQ_CST);
-	__atomic_store_n(&c->used, low, __ATOMIC_SEQ_CST);
-	pthread_mutex_unlock(&c->give_lock);
-	return released + freed;
-}
-
 int cache_adopt(struct cache *c, uint32_t id, uint32_t chunk, const struct index_version *v,
 		uint64_t off, size_t len, uint64_t xxh)
 {
@@ -776,6 +638,7 @@ int cache_adopt(struct cache *c, uint32_t id, uint32_t chunk, const struct index
 	if (!it)
 		return -ENOMEM;
 	it->data = c->arena + off;
+	it->off = off;
 	it->len = len;
 	it->xxh = xxh;
 	it->state = ST_READY;

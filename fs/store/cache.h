@@ -104,6 +104,10 @@ struct cache_stats {
 	uint64_t prefaulted;        /* arena bytes made resident ahead of the fill */
 	uint64_t adopted, adopted_bytes;        /* items taken over from a previous daemon */
 	uint64_t no_space;          /* admissions refused: the arena file's filesystem is full */
+	/* Large files in backings (cache_set_backing): */
+	uint64_t backed_files, backed_bytes;    /* live backings, and their files' bytes */
+	uint64_t backing_space;     /* budget charged to backings (part of used) */
+	uint64_t backings_made, backings_retired, backing_failures;   /* counters */
 };
 
 /* Returns 0 and *OUT, or -EINVAL (bad options) / -ENOMEM. */
@@ -203,6 +207,30 @@ uint64_t cache_scrub(struct cache *c, uint64_t max_bytes);
  * kernel has no MADV_POPULATE_WRITE). One caller at a time (a background
  * thread); hits and loads go on meanwhile. */
 int64_t cache_prefault(struct cache *c, uint64_t upto);
+
+/* Large files (docs/design.md, "Kernel passthrough"). From MIN_SIZE bytes
+ * on (0: never, the default), a file's items are placed in a backing of
+ * its own (store/backing.h): a memfd holding the whole file at its own
+ * offsets, charged to the budget whole at its first item's admission (an
+ * arena range of its length that the arena never touches; when the budget
+ * cannot hold the whole file, its items go to the arena as before). Items
+ * are served and checked as arena items are; give-backs drop such a file
+ * whole; a stale or corrupt item retires its file's backing (the file
+ * gets a new one) and cache_reap() frees a retired backing's memory once
+ * no reader is in it. Backed items are not recorded (persist hooks): a
+ * restart keeps only the arena's items. Any thread, at any time. */
+void cache_set_backing(struct cache *c, uint64_t min_size);
+/* How many files in backings the cache holds whole (a passthrough open
+ * may use them): walks the backings, for the counters a user reads. */
+uint64_t cache_backed_whole(struct cache *c);
+/* A read-only descriptor of the backing of file ID at version V when the
+ * cache holds the whole file there (every item ready): the caller gives it
+ * to the kernel and closes it. -ENOENT when not, or -errno. */
+int cache_backing_fd(struct cache *c, uint32_t id, const struct index_version *v);
+/* Frees the memory of retired backings (waits out readers like a
+ * give-back); how many. The background thread calls it; cheap when there
+ * is nothing to do. Calls from one thread at a time. */
+unsigned cache_reap(struct cache *c);
 
 /* Debug hook: flips one bit in the middle of the first ready item at or after
  * table slot START and reports its key. -ENOENT if no item is ready. */

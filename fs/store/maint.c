@@ -1,9 +1,11 @@
 /* maint.c - see maint.h.
  *
- * The thread wakes TICKS_PER_S times a second. Each tick it first prefaults
- * up to min(used + window, limit) (by default all of it on the first tick),
- * then hashes rate/TICKS_PER_S bytes of ready items (cache_scrub keeps the
- * cursor). Between ticks it sleeps in poll() on the command pipe, so
+ * The thread wakes TICKS_PER_S times a second. Each tick it first
+ * prefaults up to min(used + window, limit + the budget charged to large
+ * files' backings, which the arena skips) (by default all of it on the
+ * first tick), then hashes rate/TICKS_PER_S bytes of ready items
+ * (cache_scrub keeps the cursor), then frees retired backings
+ * (cache_reap). Between ticks it sleeps in poll() on the command pipe, so
  * commands and stop requests are seen at once.
  *
  * DESIGN: the thread is a struct worker (util/worker.h) that never sleeps
@@ -36,9 +38,10 @@ static void tick(struct maint *m)
 {
 	if (m->o.prefault_window) {
 		struct cache_stats s;
-		uint64_t upto = m->o.prefault_limit;
+		uint64_t upto = __atomic_load_n(&m->o.prefault_limit, __ATOMIC_RELAXED);
 
 		cache_get_stats(m->cache, &s);
+		upto += s.backing_space;
 		if (s.used < upto && upto - s.used > m->o.prefault_window)
 			upto = s.used + m->o.prefault_window;
 		int64_t r = cache_prefault(m->cache, upto);
@@ -50,6 +53,7 @@ static void tick(struct maint *m)
 	}
 	if (m->o.scrub_rate)
 		cache_scrub(m->cache, m->o.scrub_rate / TICKS_PER_S ? m->o.scrub_rate / TICKS_PER_S : 1);
+	cache_reap(m->cache);
 }
 
 static void *maint_main(void *arg)
@@ -125,6 +129,12 @@ void maint_stop(struct maint *m)
 	worker_destroy(&m->w);
 	close(m->pipefd[0]);
 	free(m);
+}
+
+void maint_set_prefault_limit(struct maint *m, uint64_t limit)
+{
+	if (m)
+		__atomic_store_n(&m->o.prefault_limit, limit, __ATOMIC_RELAXED);
 }
 
 int maint_command_fd(const struct maint *m)

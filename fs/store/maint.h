@@ -33,7 +33,8 @@ struct maint;
 struct maint_opts {
 	uint64_t scrub_rate;        /* bytes/s to re-check; 0: no scrubbing */
 	uint64_t prefault_window;   /* bytes resident ahead of the fill; 0: none */
-	uint64_t prefault_limit;    /* never prefault past this (what the data can fill) */
+	uint64_t prefault_limit;    /* never prefault past this (what the data can fill in the
+				     * arena), plus the budget charged to backings (cache.h) */
 	void (*cmd)(void *arg, char cmd);   /* debug command callback, or NULL */
 	void *arg;
 };
@@ -42,6 +43,9 @@ struct maint_opts {
 int maint_start(struct cache *c, const struct maint_opts *o, struct maint **out);
 /* Stops and joins the thread; NULL is fine. */
 void maint_stop(struct maint *m);
+/* Changes the prefault limit (the core knows at INIT whether large files
+ * go to backings or to the arena); NULL is fine. */
+void maint_set_prefault_limit(struct maint *m, uint64_t limit);
 /* The write end of the command pipe: one byte written there runs the command
  * callback on the thread. write(2) is async-signal-safe, so a signal handler
  * may do it. -1 for NULL. */

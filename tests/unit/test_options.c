@@ -323,3 +323,18 @@ Test(options, small_bare_budgets_are_refused_with_a_hint)
 	cr_expect_eq(options_small_bare("50B", 50), 0);
 	cr_expect_eq(options_small_bare("0", 0), 0);
 }
+
+Test(options, passthrough_options)
+{
+	struct options o;
+	char err[256];
+
+	cr_assert_eq(parse(&o, err, "s", "m", NULL), 0);
+	cr_expect_eq(o.passthrough, CORE_PT_AUTO, "auto by default");
+	cr_assert_eq(parse(&o, err, "--passthrough", "on", "s", "m", NULL), 0);
+	cr_expect_eq(o.passthrough, CORE_PT_ON);
+	cr_assert_eq(parse(&o, err, "s", "m", "-o", "passthrough=off", NULL), 0, "%s", err);
+	cr_expect_eq(o.passthrough, CORE_PT_OFF);
+	cr_expect_eq(parse(&o, err, "--passthrough", "yes", "s", "m", NULL), -EINVAL);
+	cr_expect(strstr(err, "--passthrough yes: expected auto, on or off"), "%s", err);
+}

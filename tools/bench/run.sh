@@ -41,14 +41,18 @@
 # adoption speed of a multi-GB cache, and memory against the budget; cache
 # tiers (tools/bench/tiers.sh): RAM D/4 with and without an SSD tier, the
 # tier alone (O_DIRECT and buffered), all in RAM, and SOURCE read natively.
+# Part 10, shards at memory speed (tools/bench/shard.sh; issue 33): a 1 GB
+# file read by one reader from tmpfs, through kernel passthrough from the
+# RAM cache and copied through the daemon (GB/s, CPU s per GB, interleaved
+# runs); small files with passthrough forced on against the no-open mode.
 # Part gpu (not in the default list: BENCH_PARTS=gpu), the GPU path on a
 # machine with an NVIDIA GPU (tools/bench/gpu.sh): the ingestion probe, the
 # GPU consumer against the CPU reader in C and through PyTorch, and
 # epochfs-analyze on a job training on the GPU; one "skipped" line without.
 #
-# Environment: BENCH_PARTS ("1 2 3 4 5 6 7 8 9"), BENCH_FILES (12000), BENCH_EPOCHS (5),
+# Environment: BENCH_PARTS ("1 2 3 4 5 6 7 8 9 10"), BENCH_FILES (12000), BENCH_EPOCHS (5),
 # BENCH_SCAN_FILES (1000000; 0 skips part 2), BENCH_DIR (build/bench-data);
-# parts 3 to 8 take THRASH_*, CHUNK_*, PREPB_*, HP_*, PEERB_*, STALL_* and WHATIF_* (see their scripts).
+# parts 3 to 10 take THRASH_*, CHUNK_*, PREPB_*, HP_*, PEERB_*, STALL_*, WHATIF_* and SHARD_* (see their scripts).
 set -eu
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -56,7 +60,7 @@ FILES=${BENCH_FILES:-12000}
 EPOCHS=${BENCH_EPOCHS:-5}
 SCAN_FILES=${BENCH_SCAN_FILES:-1000000}
 DATA=${BENCH_DIR:-build/bench-data}
-PARTS=${BENCH_PARTS:-1 2 3 4 5 6 7 8 9}
+PARTS=${BENCH_PARTS:-1 2 3 4 5 6 7 8 9 10}
 part() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 W=$(mktemp -d /tmp/epochfs-bench.XXXXXX)
 PIDS=""
@@ -205,6 +209,10 @@ fi
 if part 9; then
 	BUILD=$BUILD bash tools/bench/restart.sh
 	BUILD=$BUILD bash tools/bench/tiers.sh
+fi
+
+if part 10; then
+	BUILD=$BUILD bash tools/bench/shard.sh
 fi
 
 if part gpu; then
