@@ -11,6 +11,8 @@
   tools/       no ops.h (tools link the core, never the adapter)
   FUSE         only fs/ops.c, fs/ops_session.c and their headers include it
   cycles       no include cycle among the headers of fs/ and prep/
+  size         no C file of fs/, prep/ or tools/ over MAX_LINES lines (a file
+               that long holds more than one module: split it)
 
 Every include is by path from -Ifs -Iprep ("store/cache.h"), so where a
 header lives is what the rule reads. Exit 0 and one line when the tree
@@ -23,6 +25,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INC = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]', re.M)
 FUSE_OK = {"fs/ops.c", "fs/ops_session.c", "fs/ops.h", "fs/ops_int.h"}
+MAX_LINES = 800
 
 
 def sources():
@@ -74,6 +77,9 @@ def main():
     bad = []
     graph = {}
     for rel, text in sources():
+        if rel.endswith(".c") and text.count("\n") > MAX_LINES:
+            bad.append("%s: %d lines, over %d: split it into modules (docs/design.md, Modules)"
+                       % (rel, text.count("\n"), MAX_LINES))
         for m in INC.finditer(text):
             inc = m.group(1)
             quoted = text[m.start():m.end()].rstrip().endswith('"')
