@@ -186,31 +186,12 @@ static void state_release(int dirfd, int lockfd)
  * entries, then its lock, then itself. 0, or -errno with WHY. */
 static int state_remove(int rootfd, const char *name, int dirfd, char *why, size_t wl)
 {
-	int fd = dup(dirfd), err = 0;
-	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-	struct dirent *e;
+	int err = trust_empty_dir(dirfd, "lock");
 
-	if (!d) {
-		err = -errno;
-		if (fd >= 0)
-			close(fd);
-		snprintf(why, wl, "%s", strerror(-err));
+	if (err < 0) {
+		snprintf(why, wl, "emptying it: %s", strerror(-err));
 		return err;
 	}
-	rewinddir(d);
-	while ((e = readdir(d))) {
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, "lock"))
-			continue;
-		if (unlinkat(dirfd, e->d_name, 0) < 0 && errno != ENOENT &&
-		    !((errno == EISDIR || errno == EPERM) && unlinkat(dirfd, e->d_name, AT_REMOVEDIR) == 0) &&
-		    !err) {
-			err = -errno;
-			snprintf(why, wl, "%s: %s", e->d_name, strerror(-err));
-		}
-	}
-	closedir(d);
-	if (err < 0)
-		return err;
 	if (unlinkat(dirfd, "lock", 0) < 0 && errno != ENOENT) {
 		err = -errno;
 		snprintf(why, wl, "lock: %s", strerror(-err));
