@@ -18,6 +18,7 @@
  */
 #include <errno.h>
 #include <malloc.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,8 @@
 #define MIB (1ull << 20)
 #define GIVE_EVERY_S 2.0
 #define SMOOTH_S 2.5
+#define PEAK_DECAY_DIV 4096.0      /* 4: the job's peak falls by limit / this a second */
+#define GUARD_LOG_S 10.0            /* give-backs over the ceiling: a line this often */
 
 uint64_t memory_reserve(uint64_t limit)
 {
@@ -72,6 +75,34 @@ void memory_step(struct memory_policy *p, const struct memory_in *in, struct mem
 			      (double)(in->mem.refaults - p->last_refaults) / dt : 0;
 		double a = dt / SMOOTH_S > 1 ? 1 : dt / SMOOTH_S;
 		p->refault_rate += a * (inst - p->refault_rate);
+	}
+	/* 4. The rest of the cgroup (the job): its peak, and by how much it
+	 * last went over its peak at once. */
+	uint64_t own = in->mem.own, job = 0;
+	if (own) {
+		job = in->mem.pinned > own ? in->mem.pinned - own : 0;
+		if (p->started && in->t > p->last_t) {
+			double dt = in->t - p->last_t;
+			double decay = (double)in->mem.limit / PEAK_DECAY_DIV * dt;
+			double fall = (double)(p->job_peak - (p->job_peak > job ? job : p->job_peak));
+			p->job_peak -= (uint64_t)(decay < fall ? decay : fall);
+			p->jump *= pow(0.5, dt / RISE_HALF_S);
+			/* A new peak: by how much it passed the old one. Every batch
+			 * a DataLoader writes is a rise, but only rises past the
+			 * peak bring the OOM killer nearer; at the slow pace the
+			 * rise is scaled to one fast period (a batch lands at once,
+			 * so this undercounts until the thread samples fast). */
+			if (job > p->job_peak) {
+				double r = (double)(job - p->job_peak);
+				if (dt > 2 * MEMORY_FAST_S)
+					r *= MEMORY_FAST_S / dt;
+				if (r > p->jump)
+					p->jump = r;
+			}
+		}
+		if (job > p->job_peak)
+			p->job_peak = job;
+		p->last_job = job;
 	}
 	p->started = 1;
 	p->last_t = in->t;
@@ -130,6 +161,20 @@ void memory_step(struct memory_policy *p, const struct memory_in *in, struct mem
 	} else {
 		p->calm_since = -1;
 	}
+	/* The ceiling: the limit less the job's peak, a reserve (the kernel
+	 * OOMs with a few MiB of the job's mapped files still in: part 7 at
+	 * 900 MiB, killed with 10 MiB of file pages left), and the largest
+	 * jump seen (at most limit / 8): a peak not seen yet is likely one
+	 * jump above the one seen. */
+	uint64_t ceiling = 0, excess = 0;
+	if (own) {
+		uint64_t cap = in->mem.limit / 8;
+		uint64_t margin = reserve + (p->jump < (double)cap ? (uint64_t)p->jump : cap);
+		ceiling = in->mem.limit > p->job_peak + margin ? in->mem.limit - p->job_peak - margin : 0;
+		/* Under a MiB over is noise between the two files a sample reads. */
+		if (own > ceiling + MIB && (in->cache_used || in->staging_used))
+			excess = own - ceiling + MEMORY_GUARD_SLACK;
+	}
 	switch (st) {
 	case MEMORY_CALM:
 		if (critical)
@@ -150,7 +195,20 @@ void memory_step(struct memory_policy *p, const struct memory_in *in, struct mem
 	}
 
 	memset(out, 0, sizeof(*out));
-	if (st == MEMORY_GIVING && in->cache_used && in->t - p->last_give >= GIVE_EVERY_S) {
+	out->ceiling = ceiling;
+	if (excess) {
+		/* Over the ceiling: the excess at once, staging's first (cut
+		 * below), then whole cache items, rounded up to a MiB. The state
+		 * stays: steps 1-3 go on as they were. */
+		uint64_t need = excess > in->staging_used ? excess - in->staging_used : 0;
+		need = (need + MIB - 1) / MIB * MIB;
+		out->give_back = need < in->cache_used ? need : in->cache_used;
+		out->guard = 1;
+		if (out->give_back) {
+			p->last_give = in->t;
+			p->gave = 1;
+		}
+	} else if (st == MEMORY_GIVING && in->cache_used && in->t - p->last_give >= GIVE_EVERY_S) {
 		uint64_t step = in->cache_capacity / 32 > 16 * MIB ? in->cache_capacity / 32 : 16 * MIB;
 		out->give_back = step < in->cache_used ? step : in->cache_used;
 		p->last_give = in->t;
@@ -210,6 +268,24 @@ void memory_step(struct memory_policy *p, const struct memory_in *in, struct mem
 			out->staging_limit = in->staging_max < left ? in->staging_max : left;
 		}
 	}
+	/* Under the ceiling, the cache and staging each grow no more than
+	 * the ceiling leaves (0 stays 0: the thread keeps the limit it set);
+	 * over it, staging gives its part of the excess. */
+	if (own) {
+		uint64_t head = ceiling > own + MEMORY_GUARD_SLACK ? ceiling - own - MEMORY_GUARD_SLACK : 0;
+		if (out->admit_limit && out->admit_limit > in->cache_used + head)
+			out->admit_limit = in->cache_used + head ? in->cache_used + head : 1;
+		uint64_t stage_cap = in->staging_used + head;
+		if (excess)
+			stage_cap = in->staging_used > excess ? in->staging_used - excess : 0;
+		if (out->staging_limit > stage_cap)
+			out->staging_limit = stage_cap;
+	}
+	/* Sample fast while the daemon is near its ceiling, or the room near
+	 * gone: that is when a jump can bring the OOM killer. */
+	out->period = MEMORY_PERIOD_S;
+	if (own && (own + 4 * reserve > ceiling || room < 2 * reserve))
+		out->period = MEMORY_FAST_S;
 	out->changed = st != p->state || drop != p->drop_copies;
 	p->state = out->state = st;
 	p->drop_copies = out->drop_copies = drop;
@@ -223,6 +299,10 @@ struct memory {
 	struct memory_policy pol;
 	uint64_t dataset;
 	double trimmed;             /* when malloc's free memory last went back */
+	double period;              /* to the next sample (w.lock) */
+	double guard_logged;        /* 4: when a give-back over the ceiling was last logged */
+	uint64_t guard_given;       /* bytes given over the ceiling since */
+	unsigned guard_times;       /* in that many steps */
 	struct worker w;            /* the thread; its lock guards st */
 	struct memory_stats st;   /* w.lock */
 };
@@ -251,6 +331,9 @@ static void tick(struct memory *p)
 	}
 	if (c->staging) {
 		struct order_stats os;
+		struct staging_stats ss;
+		staging_get_stats(c->staging, &ss);
+		in.staging_used = ss.bytes;
 		in.staging_max = c->opts.prefetch_mem;
 		order_get_stats(c->order, &os);
 		in.orders = os.streams > 0;
@@ -266,7 +349,7 @@ static void tick(struct memory *p)
 	 * fault in a fresh buffer, +50 us a hit and a fifth of 4 threads'
 	 * peer throughput (docs/benchmarks.md, the house of issue 30). */
 #ifdef __GLIBC__
-	if ((out.state != MEMORY_CALM || shrunk) && in.t - p->trimmed >= MEMORY_TRIM_S) {
+	if ((out.state != MEMORY_CALM || shrunk) && (in.t - p->trimmed >= MEMORY_TRIM_S || out.guard)) {
 		malloc_trim(0);
 		p->trimmed = in.t;
 	}
@@ -303,7 +386,23 @@ static void tick(struct memory *p)
 				 (unsigned long long)(room / MIB), (unsigned long long)(in.mem.limit / MIB),
 				 p->pol.refault_rate, (unsigned long long)(given / MIB),
 				 (unsigned long long)(cs.used / MIB));
-		else if (given)
+		else if (given && out.guard) {
+			p->guard_given += given;
+			p->guard_times++;
+			if (in.t - p->guard_logged >= GUARD_LOG_S) {
+				log_warn("memory: the daemon held %llu MiB, over the %llu MiB its cgroup leaves "
+					 "beside the job's peak of %llu MiB (limit %llu MiB); the cache gave "
+					 "back %llu MiB at once in %u step%s (whole items; it keeps %llu MiB)",
+					 (unsigned long long)(in.mem.own / MIB), (unsigned long long)(out.ceiling / MIB),
+					 (unsigned long long)(p->pol.job_peak / MIB),
+					 (unsigned long long)(in.mem.limit / MIB),
+					 (unsigned long long)(p->guard_given / MIB), p->guard_times,
+					 p->guard_times == 1 ? "" : "s", (unsigned long long)((cs.used - given) / MIB));
+				p->guard_logged = in.t;
+				p->guard_given = 0;
+				p->guard_times = 0;
+			}
+		} else if (given)
 			log_warn("memory: %llu MiB left of a %llu MiB limit, the job refaulting %.0f "
 				 "pages/s; the cache gave back %llu MiB (whole items; it keeps %llu MiB)",
 				 (unsigned long long)(room / MIB), (unsigned long long)(in.mem.limit / MIB),
@@ -325,6 +424,16 @@ static void tick(struct memory *p)
 	p->st.drop_copies = out.drop_copies;
 	p->st.state = out.state;
 	p->st.given_back += given;
+	p->st.own = in.mem.own;
+	p->st.job_peak = p->pol.job_peak;
+	if (p->pol.last_job > p->st.job_max)
+		p->st.job_max = p->pol.last_job;
+	if (in.mem.own > p->st.own_max)
+		p->st.own_max = in.mem.own;
+	p->st.ceiling = out.ceiling;
+	if (out.guard && given)
+		p->st.guard_gives++;
+	p->period = out.period;
 	if (was == MEMORY_CALM && out.state != MEMORY_CALM)
 		p->st.pauses++;
 	pthread_mutex_unlock(&p->w.lock);
@@ -339,7 +448,7 @@ static void *memory_main(void *arg)
 		pthread_mutex_unlock(&p->w.lock);
 		tick(p);
 		pthread_mutex_lock(&p->w.lock);
-		worker_wait(&p->w, MEMORY_PERIOD_S);
+		worker_wait(&p->w, p->period > 0 ? p->period : MEMORY_PERIOD_S);
 	}
 	pthread_mutex_unlock(&p->w.lock);
 	return NULL;
@@ -361,6 +470,7 @@ int memory_start(struct core *c, enum page_cache_mode mode, struct memory **out)
 	index_totals(c->ix, &t);
 	p->dataset = t.bytes;
 	memory_policy_init(&p->pol, mode);
+	p->guard_logged = -1e9;
 	tick(p);                    /* the first decision before the first read */
 	if ((err = worker_start(&p->w, 1, memory_main, p)) < 0)
 		goto out_destroy;

@@ -33,6 +33,19 @@
  *    pinned (nothing reclaimable) nears the limit, or a squeeze, takes more.
  * Room again (2 x RESERVE, no squeeze for CALM_S): the cache admits again,
  * up to its --cache-size; after a give-back, only into the free room.
+ * 4. The job's peak. Steps 1-3 react to a room already gone; a job whose
+ *    memory jumps (four DataLoader workers each writing a 38 MB batch into
+ *    shared memory) can go from room to the OOM killer between two samples.
+ *    So the policy also keeps the daemon's own memory (its anonymous and
+ *    shared bytes, memwatch's own) under a ceiling: the limit, less the
+ *    highest the rest of the cgroup (the job) has been seen to use, less a
+ *    margin of RESERVE and the most a new peak has passed the one before
+ *    (the job's next peak may be a batch above the last). The peak decays
+ *    slowly (limit / 4096 a second), that jump halves every RISE_HALF_S.
+ *    Over the ceiling, the daemon gives back the excess at once (staging
+ *    first, then whole cache items), not a step every 2 s, without leaving
+ *    its state; under it, the cache and staging grow only up to it. Within
+ *    4 x RESERVE of it, the thread samples every MEMORY_FAST_S.
  *
  * The policy is a pure function of samples (memory_step), so tests drive
  * it with made-up numbers; the thread only feeds it and carries out what
@@ -49,6 +62,12 @@ enum page_cache_mode { PAGE_CACHE_AUTO, PAGE_CACHE_KEEP, PAGE_CACHE_DROP };
 enum memory_state { MEMORY_CALM, MEMORY_PAUSED, MEMORY_GIVING };
 
 #define MEMORY_PERIOD_S 0.5
+#define MEMORY_FAST_S 0.05              /* near the ceiling (a sample costs ~100 us) */
+#define RISE_HALF_S 20.0                /* 4: the largest jump seen halves this often */
+#define MEMORY_GUARD_SLACK (4ull << 20) /* 4: the cache admits up to this far under the
+					 * ceiling and gives back to this far under it, so
+					 * the peak's decay and a sample's noise do not make
+					 * it admit and give back by turns */
 #define MEMORY_TRIM_S 2.0               /* malloc_trim at most this often, when tight */
 #define SQUEEZE_REFAULTS_PER_S 2048.0   /* file pages refaulting: 8 MiB/s; the part 7 job
 					 * refaults ~700/s in a healthy tight cgroup, a squeezed
@@ -68,6 +87,7 @@ struct memory_in {
 	uint64_t cache_used;
 	uint64_t cache_need;        /* what the cache would take to hold the whole dataset */
 	uint64_t staging_max;       /* --prefetch-mem (0: no prefetch) */
+	uint64_t staging_used;      /* bytes staged now */
 	int orders;                 /* a job sends its order (.epochfs/order/ streams) */
 };
 
@@ -81,6 +101,9 @@ struct memory_out {
 	uint64_t staging_limit;     /* what the prefetcher may stage: --prefetch-mem when calm,
 				     * nothing under pressure */
 	int changed;                /* state or drop_copies changed at this step: log it */
+	int guard;                  /* 4: the daemon was over its ceiling; give_back is the excess */
+	uint64_t ceiling;           /* 4: what the daemon's own memory may reach (0: unknown) */
+	double period;              /* seconds to the next sample */
 };
 
 /* The policy's memory between samples. */
@@ -97,6 +120,9 @@ struct memory_policy {
 	uint64_t soft_given;        /* bytes given back for lack of room alone (capacity / 2 at most) */
 	int drop_copies;
 	enum memory_state state;
+	uint64_t job_peak;          /* 4: the most the rest of the cgroup used (decaying) */
+	uint64_t last_job;
+	double jump;                /* 4: the most a new peak passed the last (halving) */
 };
 
 void memory_policy_init(struct memory_policy *p, enum page_cache_mode mode);
@@ -122,6 +148,9 @@ struct memory_stats {
 	enum memory_state state;  /* gauge */
 	uint64_t given_back;        /* bytes of cache given back */
 	uint64_t pauses;            /* times admission was paused */
+	uint64_t own, job_peak, ceiling; /* gauges, bytes: 4, the job's peak */
+	uint64_t job_max, own_max;  /* the most the job, and the daemon, were seen to use */
+	uint64_t guard_gives;       /* times the daemon gave back for being over its ceiling */
 };
 
 /* Starts watching for core C (whose cache, if any, it pauses and shrinks,

@@ -199,6 +199,14 @@ int core_samples(struct core *c, struct sample *out, int max)
 	GAUGE("mem_state", "0 calm (the cache admits), 1 paused (no admission), 2 giving back", ms.state);
 	GAUGE("mem_drop_page_cache", "1 while files' kernel copies are dropped once read", ms.drop_copies);
 	COUNTER("mem_pauses", "Times the cache stopped admitting for lack of memory", ms.pauses);
+	GAUGE("mem_own_bytes", "The daemon's own anonymous and shared memory", ms.own);
+	GAUGE("mem_job_peak_bytes", "The most the rest of its cgroup (the job) has used, decaying", ms.job_peak);
+	GAUGE("mem_job_max_bytes", "The most the rest of its cgroup was seen to use", ms.job_max);
+	GAUGE("mem_own_max_bytes", "The most the daemon's own memory was seen to be", ms.own_max);
+	GAUGE("mem_ceiling_bytes", "What the daemon's own memory may reach: limit - job peak - margin",
+	      ms.ceiling);
+	COUNTER("mem_guard_gives", "Times the cache gave back at once, the daemon over its ceiling",
+		ms.guard_gives);
 	struct prefetch_stats fs = { 0 };
 	struct order_stats os = { 0 };
 	struct staging_stats ss2 = { 0 };

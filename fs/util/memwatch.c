@@ -17,6 +17,9 @@
  *   workingset_refault_file.
  * A cgroup whose limit is no smaller than the machine's RAM is no limit:
  * the machine's figures are used.
+ * own: the calling process's RssAnon + RssShmem (/proc/self/status), what
+ * of pinned is the daemon's; the rest is the job beside it (and the
+ * kernel's own memory in the cgroup).
  * Shared memory (tmpfs, /dev/shm: the cache's persistent arena, a
  * DataLoader's shared tensors) is on the anon LRU, so it is in pinned, and
  * its mapped pages are in the mapped-file figure too. mapped is therefore
@@ -274,16 +277,39 @@ static int sample_v2(struct memwatch *m, struct mem_sample *s)
 	return 0;
 }
 
+/* The caller's own anonymous and shared resident bytes, 0 if unknown. */
+static uint64_t sample_own(const struct memwatch *m)
+{
+	char path[PATH_BYTES], text[4096];
+	int64_t anon, shm;
+
+	if (join(path, m->root, "/proc/self/status", "") < 0 || slurp(path, text, sizeof(text)) < 0)
+		return 0;
+	anon = field(text, "RssAnon", 1);
+	shm = field(text, "RssShmem", 1);
+	if (anon < 0)
+		return 0;
+	return (uint64_t)anon + (uint64_t)(shm > 0 ? shm : 0);
+}
+
 int memwatch_sample(struct memwatch *m, struct mem_sample *s)
 {
+	int err;
+
 	switch (m->scope) {
 	case MEM_CGROUP_V1:
-		return sample_v1(m, s);
+		err = sample_v1(m, s);
+		break;
 	case MEM_CGROUP_V2:
-		return sample_v2(m, s);
+		err = sample_v2(m, s);
+		break;
 	default:
-		return sample_system(m, s);
+		err = sample_system(m, s);
+		break;
 	}
+	if (err == 0)
+		s->own = sample_own(m);
+	return err;
 }
 
 int memwatch_open(const char *root, struct memwatch **out)

@@ -32,6 +32,9 @@ struct mem_sample {
 	uint64_t majfaults;         /* major faults so far (a counter) */
 	uint64_t refaults;          /* file pages read again soon after the kernel evicted
 				     * them (workingset_refault_file; a counter) */
+	uint64_t own;               /* of pinned, the calling process's own: its anonymous
+				     * and shared resident bytes (RssAnon + RssShmem in
+				     * /proc/self/status); 0 when unknown */
 };
 
 struct memwatch;

@@ -453,3 +453,114 @@ Test(pressure, staging_goes_first_and_is_carved_out_of_the_cache)
 	cr_expect_eq(o.staging_limit, 0);
 	cr_expect_eq(o.give_back, 0);
 }
+
+Test(memwatch, own_memory_is_rss_anon_and_shmem)
+{
+	struct memwatch *m;
+	struct mem_sample s;
+
+	th_write(root, "proc/self/cgroup", "0::/\n");
+	th_write(root, "proc/self/status", "Name:\tepochfs\nVmRSS:\t  300000 kB\nRssAnon:\t  200000 kB\n"
+					   "RssFile:\t   90000 kB\nRssShmem:\t   10000 kB\n");
+	cr_assert_eq(memwatch_open(root, &m), 0);
+	cr_assert_eq(memwatch_sample(m, &s), 0);
+	cr_expect_eq(s.own, 210000ull * 1024, "RssAnon + RssShmem, not the mapped files");
+	th_write(root, "proc/self/status", "Name:\tepochfs\n");
+	cr_assert_eq(memwatch_sample(m, &s), 0, "no own figure is no error");
+	cr_expect_eq(s.own, 0);
+	memwatch_close(m);
+}
+
+/* Step 4: the job beside the daemon jumps (part 7 at 4 workers: the
+ * daemon's 231 MiB and the job's 735 MiB met a 942 MiB limit between two
+ * samples). The daemon keeps itself under the limit less the job's peak
+ * and a margin; over it, it gives the excess back at once, staging first,
+ * down to MEMORY_GUARD_SLACK under the ceiling. */
+Test(pressure, the_daemon_stays_under_the_jobs_peak_and_gives_the_excess_at_once)
+{
+	struct memory_policy p;
+	struct memory_out o;
+	struct memory_in in;
+	uint64_t lim = 942 * MIB, reserve = memory_reserve(lim);
+	uint64_t cap = 184 * MIB;
+
+	memory_policy_init(&p, PAGE_CACHE_AUTO);
+	/* The job at 500 MiB, the daemon at 100 MiB (60 of cache): plenty of
+	 * room. The cache may fill to its capacity; samples at the slow pace. */
+	in = (struct memory_in){ .t = 0, .dataset_bytes = 368 * MIB, .cache_capacity = cap,
+				 .cache_used = 60 * MIB, .cache_need = 368 * MIB,
+				 .mem = { .limit = lim, .pinned = 600 * MIB, .own = 100 * MIB } };
+	memory_step(&p, &in, &o);
+	cr_expect_eq(o.state, MEMORY_CALM);
+	cr_expect_eq(o.guard, 0);
+	cr_expect_eq(o.ceiling, lim - 500 * MIB - reserve);
+	cr_expect_eq(o.admit_limit, cap);
+	cr_expect(o.period == MEMORY_PERIOD_S);
+	/* The job grows by 240 MiB in half a second: the ceiling comes down by
+	 * that and by the jump it could make in one fast period (seen at the
+	 * slow pace, scaled to it); the cache may fill only up to it, and the
+	 * thread samples fast. */
+	in.t = 0.5;
+	in.mem.pinned = 840 * MIB;
+	memory_step(&p, &in, &o);
+	double jump = 240.0 * MIB * MEMORY_FAST_S / 0.5;
+	uint64_t ceil = lim - 740 * MIB - reserve - (uint64_t)jump;
+	cr_expect_eq(o.ceiling, ceil);
+	cr_expect_eq(o.guard, 0);
+	cr_expect_eq(o.admit_limit, in.cache_used + (ceil - in.mem.own - MEMORY_GUARD_SLACK));
+	cr_expect(o.period == MEMORY_FAST_S);
+	/* The daemon filled to 231 MiB (184 of cache, 20 staged) and the job
+	 * reached 700: over the ceiling. The excess goes at once: staging's
+	 * 20 MiB first, the rest from the cache, rounded up to a MiB. */
+	in.t = 0.55;
+	in.cache_used = 184 * MIB;
+	in.staging_used = 20 * MIB;
+	in.staging_max = 64 * MIB;
+	in.orders = 1;
+	in.mem.own = 231 * MIB;
+	in.mem.pinned = 931 * MIB;
+	memory_step(&p, &in, &o);
+	ceil = o.ceiling;
+	cr_expect_lt(ceil, lim - 740 * MIB);
+	cr_expect_eq(o.guard, 1);
+	cr_expect_eq(o.staging_limit, 0, "staging goes first");
+	uint64_t excess = 231 * MIB - ceil + MEMORY_GUARD_SLACK;   /* to the slack under it */
+	cr_expect_eq(o.give_back, (excess - 20 * MIB + MIB - 1) / MIB * MIB);
+	/* Again 50 ms later, still over (the pages not back yet): it gives
+	 * again, with no 2 s spacing. */
+	in.t = 0.6;
+	memory_step(&p, &in, &o);
+	cr_expect_eq(o.guard, 1);
+	cr_expect_gt(o.give_back, 0);
+	/* Back under the ceiling: no more give-backs, and the cache admits
+	 * only up to the slack under the ceiling. */
+	in.t = 0.65;
+	in.cache_used = 110 * MIB;
+	in.staging_used = 0;
+	in.mem.own = 137 * MIB;
+	in.mem.pinned = 837 * MIB;
+	memory_step(&p, &in, &o);
+	cr_expect_eq(o.guard, 0);
+	cr_expect_eq(o.give_back, 0);
+	cr_expect_eq(o.admit_limit, o.ceiling > in.mem.own + MEMORY_GUARD_SLACK ?
+		     in.cache_used + o.ceiling - in.mem.own - MEMORY_GUARD_SLACK : 1);
+	cr_expect_leq(o.staging_limit, o.ceiling - in.mem.own - MEMORY_GUARD_SLACK);
+	/* The job's peak decays slowly: four minutes after the job went back
+	 * to 500 MiB, the ceiling has risen by about limit / 4096 a second. */
+	for (double t = 1; t <= 241; t += 0.5) {
+		in.t = t;
+		in.mem.pinned = 500 * MIB + in.mem.own;
+		memory_step(&p, &in, &o);
+		cr_expect_eq(o.guard, 0, "at %.1f s", t);
+	}
+	cr_expect_gt(o.ceiling, ceil + 50 * MIB);
+	cr_expect_lt(o.ceiling, lim - 500 * MIB - reserve - MIB);
+	/* A daemon with no own figure (memwatch could not read it) has no
+	 * ceiling: steps 1-3 alone. */
+	memory_policy_init(&p, PAGE_CACHE_AUTO);
+	in.mem.own = 0;
+	in.mem.pinned = 931 * MIB;
+	memory_step(&p, &in, &o);
+	cr_expect_eq(o.guard, 0);
+	cr_expect_eq(o.ceiling, 0);
+}

@@ -201,6 +201,9 @@ for line in open(sys.argv[1]):
 PY
 }
 
+# A figure from the daemon's stats, 0 where it has none (an older build).
+stat0() { stat_of "$1" 2>/dev/null || echo 0; }
+
 : > "$ROWS"
 echo "== part 7: data stalls of an unmodified torchvision job: $FILES files, D = $((D / 1000000)) MB, $EPOCHS epochs (>= 1 count), device $DEVNO"
 if case " $CONFIGS " in *" ram "*) true ;; *) false ;; esac; then
@@ -274,7 +277,9 @@ for workers in $WORKERSS; do
 				jobkind=$cfg
 				[ "$cfg" = runsplit ] && jobkind=run
 				job "$cfg@$tag" "$W/mnt" "$workers" "$jobkind"
-				echo "$cfg@$tag oom_kills=$(oom_kills) errors=$(stat_of read_errors)" >> "$W/health.txt"
+				echo "$cfg@$tag oom_kills=$(oom_kills) errors=$(stat_of read_errors)" \
+					"guard_gives=$(stat0 mem_guard_gives) given_mib=$(($(stat0 cache_given_back_bytes) >> 20))" \
+					"job_max_mib=$(($(stat0 mem_job_max_bytes) >> 20)) own_max_mib=$(($(stat0 mem_own_max_bytes) >> 20))" >> "$W/health.txt"
 				[ "$cfg" = run ] && grep -h "prefetch\|order" <(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print(" ".join("%s=%s" % (k, v) for k, v in s.items() if k.startswith(("prefetch", "order"))))' "$W/mnt/.epochfs/stats.json") >> "$W/prefetch.txt" || true
 				umount_ep
 				limit "$LIM"
