@@ -14,7 +14,8 @@
  * - A give-back step is max(16 MiB, capacity / 32), at most one every 2 s,
  *   so the kernel sees the room before the next step is decided.
  * - malloc's free memory goes back to the kernel (malloc_trim) at most
- *   every MEMORY_TRIM_S while the state is not calm or staging shrank.
+ *   every MEMORY_TRIM_S while the state is not calm or staging shrank,
+ *   and at once when the daemon is over its ceiling (memory.h, step 4).
  */
 #include <errno.h>
 #include <malloc.h>
@@ -161,15 +162,18 @@ void memory_step(struct memory_policy *p, const struct memory_in *in, struct mem
 	} else {
 		p->calm_since = -1;
 	}
-	/* The ceiling: the limit less the job's peak, a reserve (the kernel
-	 * OOMs with a few MiB of the job's mapped files still in: part 7 at
-	 * 900 MiB, killed with 10 MiB of file pages left), and the largest
-	 * jump seen (at most limit / 8): a peak not seen yet is likely one
-	 * jump above the one seen. */
+	/* The ceiling: the limit less the job's peak, a quarter reserve (the
+	 * kernel OOMs with a few MiB of file pages still in: part 7 at 900
+	 * MiB, killed with 10 MiB left; the mapped pages the job needs beyond
+	 * that are steps 1-3's room), and the largest jump seen (at most
+	 * limit / 8): a peak not seen yet is likely one jump above the one
+	 * seen. A whole reserve cost the daemon alone in its cgroup (split,
+	 * D/2 + 32 MiB, nothing else there) 30 MiB of cache: 0.59 D read an
+	 * epoch instead of 0.49. */
 	uint64_t ceiling = 0, excess = 0;
 	if (own) {
 		uint64_t cap = in->mem.limit / 8;
-		uint64_t margin = reserve + (p->jump < (double)cap ? (uint64_t)p->jump : cap);
+		uint64_t margin = reserve / 4 + (p->jump < (double)cap ? (uint64_t)p->jump : cap);
 		ceiling = in->mem.limit > p->job_peak + margin ? in->mem.limit - p->job_peak - margin : 0;
 		/* Under a MiB over is noise between the two files a sample reads. */
 		if (own > ceiling + MIB && (in->cache_used || in->staging_used))
@@ -349,7 +353,7 @@ static void tick(struct memory *p)
 	 * fault in a fresh buffer, +50 us a hit and a fifth of 4 threads'
 	 * peer throughput (docs/benchmarks.md, the house of issue 30). */
 #ifdef __GLIBC__
-	if ((out.state != MEMORY_CALM || shrunk) && (in.t - p->trimmed >= MEMORY_TRIM_S || out.guard)) {
+	if (out.guard || ((out.state != MEMORY_CALM || shrunk) && in.t - p->trimmed >= MEMORY_TRIM_S)) {
 		malloc_trim(0);
 		p->trimmed = in.t;
 	}

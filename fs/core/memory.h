@@ -39,7 +39,7 @@
  *    So the policy also keeps the daemon's own memory (its anonymous and
  *    shared bytes, memwatch's own) under a ceiling: the limit, less the
  *    highest the rest of the cgroup (the job) has been seen to use, less a
- *    margin of RESERVE and the most a new peak has passed the one before
+ *    margin of RESERVE / 4 and the most a new peak has passed the one before
  *    (the job's next peak may be a batch above the last). The peak decays
  *    slowly (limit / 4096 a second), that jump halves every RISE_HALF_S.
  *    Over the ceiling, the daemon gives back the excess at once (staging
