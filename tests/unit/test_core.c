@@ -363,7 +363,10 @@ Test(core_pf, a_miss_the_cache_admits_fills_it_from_staging_not_storage)
 	cr_assert_eq(core_lookup(core, ctl.node, "order", &order), 0);
 	cr_assert_eq(core_create(core, order.node, "job", NULL, &st), 0);
 	cr_assert_eq(core_write(core, st.node, "big.bin\n", 8, 0), 8);
-	for (int i = 0; i < 500 && sample("prefetch_staged_bytes") < BIG; i++) {
+	/* Staged bytes count an item from its allocation, before its load
+	 * lands: wait for storage's count too, so the loads are done. */
+	for (int i = 0; i < 500 && (sample("prefetch_staged_bytes") < BIG || storage_bytes() < BIG);
+	     i++) {
 		struct timespec ts = { 0, 10 * 1000 * 1000 };
 		nanosleep(&ts, NULL);
 	}
