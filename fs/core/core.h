@@ -62,7 +62,7 @@ enum persist_mode {
  * (--passthrough; docs/design.md, "Kernel passthrough"). */
 enum core_passthrough_mode {
 	CORE_PT_AUTO,               /* where it is available and large files hold half the bytes */
-	CORE_PT_ON,                 /* wherever it is available */
+	CORE_PT_ON,                 /* wherever it is available; misses from SOURCE too */
 	CORE_PT_OFF,
 };
 /* Files this large, when the RAM cache holds them whole, are read by the
@@ -219,11 +219,13 @@ struct core_backing_reg {
 int core_passthrough_start(struct core *c, int offered);
 
 /* An OPEN of NODE with FLAGS (the adapter answers OPEN). Checks as
- * core_open_check() (attributes in *A), and for a file of
- * CORE_PT_MIN_SIZE bytes or more, while the mount uses passthrough:
- * *BACKING_ID > 0 when the kernel should read it from that backing file
- * (the RAM cache holds it whole, or an earlier open of the same node
- * reads it so), else 0 (the copy path). *FH: what the open holds, for
+ * core_open_check() (attributes in *A), and while the mount uses
+ * passthrough: *BACKING_ID > 0 when the kernel should read the file from
+ * that backing file, else 0 (the copy path). The backing is the cache's
+ * memfd for a file of CORE_PT_MIN_SIZE bytes or more that the RAM cache
+ * holds whole; or, when the plan sends misses to the kernel, SOURCE's own
+ * file, for a file no store holds (RAM, staging) while the cache has no
+ * room to admit it; or whatever an earlier open of the same node reads. *FH: what the open holds, for
  * core_release() (0: nothing). Revalidates as a read does: a file that
  * changed is never opened on its old backing. 0 or -errno. */
 int core_open_file(struct core *c, uint64_t node, int flags, const struct core_backing_reg *reg,

@@ -52,6 +52,10 @@ struct core {
 				     * files go to backings until INIT says otherwise */
 	int pt_said;                /* atomic: core_passthrough_start() was called */
 	int pt_use;                 /* atomic: the mount uses passthrough (set once, at INIT) */
+	int pt_large;               /* large files the cache holds whole go to the kernel */
+	int pt_source;              /* misses too (--passthrough on): a file no store holds, opened
+				     * while the RAM cache has no room for it, is read by the kernel
+				     * from SOURCE */
 	uint64_t pt_large_bytes;    /* bytes in files of CORE_PT_MIN_SIZE or more */
 	uint64_t pt_large_files;
 	char pt_why[240];           /* the plan, in words, for the INIT line */

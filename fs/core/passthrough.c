@@ -1,12 +1,17 @@
 /* passthrough.c - kernel FUSE passthrough for the files the RAM cache holds
- * whole: whether a mount uses it, and the opens of large files; see
- * core.h ("opens, and kernel passthrough") and docs/design.md ("Kernel
- * passthrough").
+ * whole, and for the misses a full cache cannot take: whether a mount uses
+ * it, and the opens; see core.h ("opens, and kernel passthrough") and
+ * docs/design.md ("Kernel passthrough", "Misses by passthrough").
  *
  * A mount uses passthrough when the kernel offers it (INIT), the daemon
  * may register backing files (CAP_SYS_ADMIN in the initial user
  * namespace), there is a RAM cache, and --passthrough says on, or auto
  * and files of CORE_PT_MIN_SIZE or more hold half the dataset's bytes.
+ * With on, a file no store holds, opened while the cache has no room for
+ * it, is also read by the kernel from SOURCE's file ("misses by
+ * passthrough"): the daemon answers the OPEN and never sees the bytes.
+ * Not with peers (a miss asks the owner), a tier (misses fill it) or a
+ * manifest (every byte is checked).
  * All but the kernel's offer is known after the scan (core_pt_plan), so
  * the cache places large files in backings from the start and the
  * prefaulter leaves their share of the arena alone; INIT only confirms
@@ -19,16 +24,23 @@
  *   (figures in docs/design.md).
  * - The kernel binds one backing file to an inode while any open of it is
  *   in passthrough, and refuses an open of the other kind meanwhile (the
- *   user's open() fails with EIO). So the opens of each large node are
+ *   user's open() fails with EIO). So the opens of each node that may
+ *   pass through (a large one; any, when misses go to SOURCE) are
  *   counted here, by kind: while one reads through passthrough, every
  *   later open gets the same backing id; while one reads through the
  *   daemon, every later open does too (its pages would be stale to a
  *   passthrough open). The id is registered at the first passthrough open
  *   and dropped at the last release; the kernel keeps its own reference to
- *   the memfd, so a cache that gives the file back meanwhile frees nothing
- *   under a reader.
- * - The table is one mutex over hash chains: an OPEN and a RELEASE of a
- *   large file take it once each; small files never enter it.
+ *   the memfd (or SOURCE's file), so a cache that gives the file back
+ *   meanwhile frees nothing under a reader.
+ * - A miss sent to SOURCE is checked at OPEN (the descriptor's version
+ *   against the index, as a read checks it), then read by the kernel with
+ *   the file system's own semantics: a file rewritten in place while a
+ *   descriptor is open reads what SOURCE holds then, as it would without
+ *   the mount; a file replaced (a new inode) reads old through the old
+ *   descriptor and new through the next open.
+ * - The table is one mutex over hash chains: an OPEN and a RELEASE take it
+ *   once each; small files enter it only when misses go to SOURCE.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -43,6 +55,8 @@
 #include "store/cache.h"
 #include "store/index.h"
 #include "store/maint.h"
+#include "store/staging.h"
+#include "store/storage.h"
 #include "util/log.h"
 
 #define PT_BUCKETS 1024u
@@ -54,6 +68,7 @@ struct pt_node {
 	uint64_t node;
 	unsigned copy, pt;          /* opens through the daemon, through passthrough */
 	int id;                     /* the kernel's backing id while pt > 0 */
+	int src;                    /* ... and it is SOURCE's file, not the cache's memfd */
 	struct pt_node *next;
 };
 
@@ -124,7 +139,7 @@ void core_pt_plan(struct core *c)
 		}
 	}
 	double share = t.bytes ? 100.0 * (double)c->pt_large_bytes / (double)t.bytes : 0;
-	c->pt_planned = 0;
+	c->pt_planned = c->pt_large = c->pt_source = 0;
 	if (o->passthrough == CORE_PT_OFF)
 		snprintf(c->pt_why, sizeof(c->pt_why), "--passthrough off");
 	else if ((!o->cache_default && !o->cache_size) || !t.bytes)
@@ -137,7 +152,12 @@ void core_pt_plan(struct core *c)
 			 "%llu MiB or more, under half; --passthrough on uses it anyway", share,
 			 CORE_PT_MIN_SIZE >> 20);
 	else {
-		c->pt_planned = 1;
+		c->pt_planned = c->pt_large = 1;
+		/* Misses by passthrough (on only: docs/design.md has the figures
+		 * that kept them out of auto). Not where something else must see
+		 * every miss: the SSD tier fills from them, a manifest checks them;
+		 * peers are known at INIT. */
+		c->pt_source = o->passthrough == CORE_PT_ON && !o->ncache_dirs && !c->man;
 		if (o->passthrough == CORE_PT_ON)
 			snprintf(c->pt_why, sizeof(c->pt_why), "--passthrough on");
 		else
@@ -159,6 +179,11 @@ int core_passthrough_start(struct core *c, int offered)
 		snprintf(avail, sizeof(avail), "no: %s", cap);
 	else
 		snprintf(avail, sizeof(avail), "yes");
+	/* Peers (known by now): misses go to their owners, not to SOURCE. A
+	 * plan made for misses alone then buys nothing for its round trips. */
+	/* Peers (known by now): misses go to their owners, not to SOURCE. */
+	if (c->peer.owns)
+		c->pt_source = 0;
 	use = c->pt_planned && offered && c->cache;
 	if (use && !(c->opens = calloc(1, sizeof(*c->opens))))
 		use = 0;
@@ -166,11 +191,14 @@ int core_passthrough_start(struct core *c, int offered)
 		pthread_mutex_init(&c->opens->lock, NULL);
 		snprintf(c->passthrough_text, sizeof(c->passthrough_text), "on");
 		log_info("kernel passthrough on (%s): the kernel reads files of %llu MiB or more that the "
-			 "RAM cache holds whole straight from it; open() is answered by the daemon",
-			 c->pt_why, CORE_PT_MIN_SIZE >> 20);
+			 "RAM cache holds whole straight from it%s; open() is answered by the daemon",
+			 c->pt_why, CORE_PT_MIN_SIZE >> 20,
+			 c->pt_source ? ", and files no store holds, opened while the cache has no room for "
+					"them, from SOURCE" : "");
 	} else {
 		if (c->pt_planned)
 			snprintf(c->pt_why, sizeof(c->pt_why), "not available: %s", KERNEL_LACKS);
+		c->pt_source = 0;
 		snprintf(c->passthrough_text, sizeof(c->passthrough_text), "off: %s", c->pt_why);
 		if (c->opts.passthrough == CORE_PT_ON)
 			log_warn("--passthrough on: %s; reads are copied through the daemon", c->pt_why);
@@ -196,12 +224,38 @@ static struct pt_node **chain(struct pt_opens *o, uint64_t node)
 	return &o->heads[(node * 0x9e3779b97f4a7c15ull) >> 54 & (PT_BUCKETS - 1)];
 }
 
+/* Whether the kernel should read data file ID (version V) from SOURCE: no
+ * item of it is in RAM or staged, and the cache has no room to take it (a
+ * read through the daemon would fill it instead). A hint, like its parts:
+ * a load that starts meanwhile only means one copy more. */
+static int from_source(struct core *c, uint32_t id, const struct index_version *v)
+{
+	uint32_t n = cache_chunks(v->size, c->chunk);
+
+	if (!n || cache_has_room(c->cache, cache_chunk_len(v->size, c->chunk, 0) + 64))
+		return 0;
+	for (uint32_t k = 0; k < n; k++)
+		if (cache_holds(c->cache, id, k, v) || (c->staging && staging_has(c->staging, id, k)))
+			return 0;
+	return 1;
+}
+
+/* SOURCE's file ID at version V, open for the kernel: a descriptor, or
+ * -errno (-ESTALE: it changed; the copy path then finds out as a read). */
+static int source_fd(struct core *c, uint32_t id, const struct index_version *v)
+{
+	char rel[4096];
+	int n = index_path(c->ix, id, rel, sizeof(rel));
+
+	return n < 0 ? n : storage_open_version(c->st, rel, v);
+}
+
 int core_open_file(struct core *c, uint64_t node, int flags, const struct core_backing_reg *reg,
 		   struct core_attr *a, int *backing_id, uint64_t *fh)
 {
 	struct pt_opens *o = c->opens;
 	struct pt_node *n;
-	int err = core_open_check(c, node, flags, a);
+	int err = core_open_check(c, node, flags, a), src = 0;
 
 	*backing_id = 0;
 	*fh = 0;
@@ -209,7 +263,7 @@ int core_open_file(struct core *c, uint64_t node, int flags, const struct core_b
 		return err;
 	stats_add(&c->stats, STAT_OPENS, 1);
 	if (!__atomic_load_n(&c->pt_use, __ATOMIC_ACQUIRE) || ns_of(node) != NS_DATA || !S_ISREG(a->mode) ||
-	    a->size < CORE_PT_MIN_SIZE)
+	    (a->flags & CORE_F_DIRECT_IO) || (a->size < CORE_PT_MIN_SIZE && !c->pt_source))
 		return 0;
 	struct index_version v = { .ino = a->ino, .size = a->size, .mtime_ns = a->mtime_ns, .ctime_ns = a->ctime_ns };
 	pthread_mutex_lock(&o->lock);
@@ -228,15 +282,20 @@ int core_open_file(struct core *c, uint64_t node, int flags, const struct core_b
 		/* The kernel reads this inode from one backing file at a time. */
 		n->pt++;
 	} else if (!n->copy) {
-		int fd = cache_backing_fd(c->cache, core_data_id(node), &v);
+		int fd = a->size >= CORE_PT_MIN_SIZE ? cache_backing_fd(c->cache, core_data_id(node), &v) : -1;
+		if (fd < 0 && c->pt_source && from_source(c, core_data_id(node), &v) &&
+		    (fd = source_fd(c, core_data_id(node), &v)) >= 0)
+			src = 1;
 		if (fd >= 0) {
 			int id = reg->open(reg->ctx, fd);
 			close(fd);
 			if (id > 0) {
 				n->id = id;
 				n->pt = 1;
+				n->src = src;
 				stats_add(&c->stats, STAT_PT_REGISTERED, 1);
 			} else {
+				src = 0;
 				stats_add(&c->stats, STAT_PT_ERRORS, 1);
 				log_warn("kernel passthrough: the kernel refused a backing file (%s); the file is "
 					 "read through the daemon", strerror(-id));
@@ -252,7 +311,12 @@ int core_open_file(struct core *c, uint64_t node, int flags, const struct core_b
 	if (n->pt) {
 		*backing_id = n->id;
 		*fh = FH_PASSTHROUGH;
-		stats_add(&c->stats, STAT_PT_OPENS, 1);
+		if (n->src) {
+			stats_add(&c->stats, STAT_PT_SOURCE_OPENS, 1);
+			stats_add(&c->stats, STAT_PT_SOURCE_BYTES, a->size);
+		} else {
+			stats_add(&c->stats, STAT_PT_OPENS, 1);
+		}
 	} else {
 		n->copy++;
 		*fh = FH_COPY;

@@ -32,6 +32,8 @@ enum stat_id {
 	STAT_PT_REGISTERED,     /* backing files registered with the kernel */
 	STAT_PT_BUSY,           /* opens of a file held whole that an open through the daemon kept there */
 	STAT_PT_ERRORS,         /* backing files the kernel refused */
+	STAT_PT_SOURCE_OPENS,   /* opens answered with SOURCE's file: the kernel reads it there */
+	STAT_PT_SOURCE_BYTES,   /* the sizes of those files (what the kernel may read from SOURCE) */
 	STAT__COUNT
 };
 

@@ -191,6 +191,11 @@ static uint64_t admit_end(struct cache *c)
 	return limit < top ? limit : top;
 }
 
+int cache_has_room(struct cache *c, uint64_t len)
+{
+	return __atomic_load_n(&c->used, __ATOMIC_RELAXED) + len <= admit_end(c);
+}
+
 /* Reserves LEN bytes of arena from a multiple of ALIGN (a power of two;
  * 1: where the last allocation ended, 64-byte aligned but for the
  * budget's tail), or NULL when the budget cannot hold them. */

@@ -150,6 +150,9 @@ enum cache_result cache_get_ex(struct cache *c, uint32_t id, uint32_t chunk,
 /* 1 if chunk CHUNK of entry ID is READY at version V (a hint: it may go
  * before a read comes). Counts nothing, admits nothing, checks no bytes. */
 int cache_holds(struct cache *c, uint32_t id, uint32_t chunk, const struct index_version *v);
+/* 1 if an item of LEN bytes would be admitted now (under the limit and
+ * the reserve), else 0. A hint: the answer may change before a read comes. */
+int cache_has_room(struct cache *c, uint64_t len);
 /* Ends a load begun by CACHE_LOAD: OK nonzero when ref->data holds the
  * bytes. Calls the waiters (outside any lock) before returning. */
 void cache_loaded(struct cache *c, struct cache_ref *ref, int ok);

@@ -149,6 +149,20 @@ void storage_free(struct storage *st)
 
 static void *inline_buf(size_t len);
 
+int storage_open_version(struct storage *st, const char *rel, const struct index_version *expect)
+{
+	int fd = path_open_beneath(st->rootfd, rel, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd < 0)
+		return fd == -ENOENT || fd == -ELOOP || fd == -EXDEV ? -ESTALE : fd;
+	int err = check_version(fd, expect);
+	if (err) {
+		close(fd);
+		return err;
+	}
+	return fd;
+}
+
 void storage_read(struct storage *st, const char *rel, const struct index_version *expect,
 		  off_t off, size_t len, void *buf, storage_done_fn done, void *arg)
 {

@@ -60,6 +60,12 @@ struct source_item;
 void storage_source_read(void *ctx, struct source_item *it, off_t off, size_t len, void *buf,
 			 void (*done)(void *arg, ssize_t res, const void *buf), void *arg);
 
+/* Opens the file at REL (relative to SOURCE, no link followed) for the
+ * kernel to read it itself (FUSE passthrough): the descriptor when its
+ * version is EXPECT, -ESTALE when the file changed or went, or -errno.
+ * Counts nothing: the caller counts what it hands on. */
+int storage_open_version(struct storage *st, const char *rel, const struct index_version *expect);
+
 /* Synchronous convenience for tools and tests: returns bytes or -errno. */
 ssize_t storage_read_sync(struct storage *st, const char *rel,
 			  const struct index_version *expect, off_t off, size_t len, void *buf);

@@ -14,6 +14,9 @@
 #     old version whole, never a mix;
 #   - --passthrough off: stats say so, no open reaches the daemon;
 #   - a dataset of small files: auto keeps passthrough off and says why;
+#   - misses by passthrough (--passthrough on, a cache of a fifth of the
+#     small files): misses opened on SOURCE's file, bytes right, no page
+#     on the FUSE inode, a replaced file read new; auto keeps no-open;
 #   - a daemon run by nobody with --passthrough on: off, with the reason
 #     (no CAP_SYS_ADMIN), bytes right.
 # Skipped (77) where this kernel or user cannot use passthrough.
@@ -154,6 +157,46 @@ read_all
 [ "$(stat_of "$M" opens)" = 0 ] || fail "small files: opens reached the daemon"
 umount_ep
 ok "small files: auto keeps passthrough off ($want)"
+
+# Misses by passthrough (--passthrough on): small files and a cache that
+# holds a fifth of them; once the cache is full, a file no store holds is
+# read by the kernel from SOURCE (no copy through the daemon, no page on
+# the FUSE inode). Cached files keep the daemon's path; bytes right both
+# ways, a change seen. Auto, with the same cache, keeps the no-open mode.
+small=$(du -cb "$T"/src/img/* | tail -1 | cut -f1)
+mount_ep "$T/src" "$M" --no-persist --cache-size $((small / 5))B
+read_all
+[ "$(stat_of "$M" opens)" = 0 ] || fail "auto, a cache of a fifth: opens reached the daemon"
+umount_ep
+mount_ep "$T/src" "$M" --no-persist --cache-size $((small / 5))B --passthrough on
+pt=$(stat_of "$M" passthrough)
+[ "$pt" = on ] || fail "--passthrough on, a cache of a fifth of the dataset: passthrough $pt"
+grep -qE "kernel passthrough on \(--passthrough on\): .*and files no store holds, opened while the cache has no room for them, from SOURCE" "$T/daemon.err" ||
+	fail "want a line saying misses go to the kernel: $(cat "$T/daemon.err")"
+read_all
+read_all
+src=$(stat_of "$M" passthrough_source_opens)
+[ "$src" -ge 300 ] || fail "two reads of 300 files with a fifth cached: $src opens from SOURCE, want 300 or more"
+[ "$(stat_of "$M" passthrough_source_bytes)" -ge "$small" ] || fail "passthrough_source_bytes: $(stat_of "$M" passthrough_source_bytes)"
+[ "$(stat_of "$M" cache_items)" -gt 0 ] || fail "the cache took no file (epoch 0 fills it through the daemon)"
+[ "$(stat_of "$M" passthrough_errors)" = 0 ] || fail "the kernel refused backing files"
+for f in "$T"/src/img/*; do
+	rel=img/${f##*/}
+	# A file the cache does not hold: opened from SOURCE, no page of its own.
+	where=$(python3 -c 'import os,sys; print(os.getxattr(sys.argv[1], "user.epochfs.where").decode())' "$M/$rel") ||
+		fail "$rel: no user.epochfs.where"
+	if ! printf '%s\n' "$where" | grep -qx "map R"; then
+		n=$(cached_pages "$M/$rel")
+		[ "$n" = 0 ] || [ "$n" = nosys ] || fail "$rel read from SOURCE by passthrough left $n pages on the FUSE inode"
+		break
+	fi
+done
+# A change in SOURCE: the next open reads it new.
+f=$(ls "$T"/src/img | tail -1)
+printf 'new bytes' > "$T/src/img/$f.tmp" && mv "$T/src/img/$f.tmp" "$T/src/img/$f"
+wait_for cmp -s "$T/src/img/$f" "$M/img/$f" || fail "a file replaced in SOURCE still reads old"
+umount_ep
+ok "--passthrough on, a cache of a fifth of 300 small files (auto: no opens): misses to the kernel; two reads right, $src opens from SOURCE, a replaced file reads new"
 
 # ---- a daemon run by nobody ---------------------------------------------------
 [ "$(id -u)" = 0 ] || skip "the rest needs root (a daemon run by nobody)"

@@ -177,7 +177,10 @@ job() {
 	in_cg "${cmd[@]}" |
 	while read -r line; do
 		local st=0 dd=0 cpu=0
-		[ -n "$EP_PID" ] && st=$(stat_of storage_read_bytes) && dd=$(io_read "$EP_PID") &&
+		# Storage: what the daemon read, and the files it had the kernel read
+		# from SOURCE itself (passthrough; none on builds before it).
+		[ -n "$EP_PID" ] && st=$(($(stat_of storage_read_bytes) + $(stat0 passthrough_source_bytes))) &&
+			dd=$(io_read "$EP_PID") &&
 			cpu=$(cpu_ticks "$EP_PID")
 		echo "$line $st $(cg_dev_read) $dd $cpu $(cg_cpu_ns)" >> "$W/epochs"
 		if [ -n "${STALL_TRACE:-}" ]; then
