@@ -52,7 +52,6 @@ struct core {
 				     * files go to backings until INIT says otherwise */
 	int pt_said;                /* atomic: core_passthrough_start() was called */
 	int pt_use;                 /* atomic: the mount uses passthrough (set once, at INIT) */
-	int pt_large;               /* large files the cache holds whole go to the kernel */
 	int pt_source;              /* misses too (--passthrough on): a file no store holds, opened
 				     * while the RAM cache has no room for it, is read by the kernel
 				     * from SOURCE */

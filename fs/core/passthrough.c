@@ -139,7 +139,7 @@ void core_pt_plan(struct core *c)
 		}
 	}
 	double share = t.bytes ? 100.0 * (double)c->pt_large_bytes / (double)t.bytes : 0;
-	c->pt_planned = c->pt_large = c->pt_source = 0;
+	c->pt_planned = c->pt_source = 0;
 	if (o->passthrough == CORE_PT_OFF)
 		snprintf(c->pt_why, sizeof(c->pt_why), "--passthrough off");
 	else if ((!o->cache_default && !o->cache_size) || !t.bytes)
@@ -152,7 +152,7 @@ void core_pt_plan(struct core *c)
 			 "%llu MiB or more, under half; --passthrough on uses it anyway", share,
 			 CORE_PT_MIN_SIZE >> 20);
 	else {
-		c->pt_planned = c->pt_large = 1;
+		c->pt_planned = 1;
 		/* Misses by passthrough (on only: docs/design.md has the figures
 		 * that kept them out of auto). Not where something else must see
 		 * every miss: the SSD tier fills from them, a manifest checks them;
@@ -179,8 +179,6 @@ int core_passthrough_start(struct core *c, int offered)
 		snprintf(avail, sizeof(avail), "no: %s", cap);
 	else
 		snprintf(avail, sizeof(avail), "yes");
-	/* Peers (known by now): misses go to their owners, not to SOURCE. A
-	 * plan made for misses alone then buys nothing for its round trips. */
 	/* Peers (known by now): misses go to their owners, not to SOURCE. */
 	if (c->peer.owns)
 		c->pt_source = 0;
@@ -295,7 +293,6 @@ int core_open_file(struct core *c, uint64_t node, int flags, const struct core_b
 				n->src = src;
 				stats_add(&c->stats, STAT_PT_REGISTERED, 1);
 			} else {
-				src = 0;
 				stats_add(&c->stats, STAT_PT_ERRORS, 1);
 				log_warn("kernel passthrough: the kernel refused a backing file (%s); the file is "
 					 "read through the daemon", strerror(-id));
