@@ -89,9 +89,10 @@ LIBS = $(PKG_LIBS) -lpthread -lm
 #   fs/store/   where names and bytes live: index, RAM cache, storage, manifest
 #   fs/cluster/ partitioned peers: ownership, peer lists, protocol, client, server
 #   fs/util/    the log, a sync waiter, the memory watch, service notify, trust checks, the version,
-#               the monotonic clock, the worker thread's lifecycle, the io_uring reader, the metrics server
+#               the monotonic clock, the worker thread's lifecycle, the request threads' time slice,
+#               the io_uring reader, the metrics server
 CORE_SRC := fs/util/log.c fs/util/memwatch.c fs/util/notify.c fs/util/trust.c fs/util/httpd.c fs/util/clock.c \
-	    fs/util/worker.c fs/util/uring.c fs/options.c \
+	    fs/util/worker.c fs/util/sched.c fs/util/uring.c fs/options.c \
 	    fs/core/core.c fs/core/nodes.c fs/core/read.c fs/core/plan.c fs/core/prefetch.c fs/core/memory.c \
 	    fs/core/metrics.c fs/core/passthrough.c fs/core/stats.c fs/core/watch.c fs/core/where.c \
 	    fs/core/ns/control.c fs/core/ns/order.c fs/core/ns/prepdir.c fs/core/ns/prepspec.c \

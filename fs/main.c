@@ -337,7 +337,8 @@ int main(int argc, char **argv)
 	char *fsname = realpath(o.source, NULL);
 	struct ops_config oc = {
 		.mountpoint = o.mountpoint, .fuse_opts = o.fuse_opts, .log_file = o.log_file,
-		.fsname = fsname, .threads = o.threads, .foreground = o.foreground,
+		.fsname = fsname, .threads = o.threads, .request_slice_us = o.request_slice_us,
+		.foreground = o.foreground,
 		.debug = o.debug, .handle_open = o.handle_open, .read_only = !o.prep,
 	};
 	if (!fsname) {

@@ -19,6 +19,7 @@ struct ops_config {
 	const char *log_file;       /* NULL: messages go nowhere once detached */
 	const char *fsname;         /* the mount's source field: SOURCE's absolute path */
 	unsigned threads;
+	unsigned request_slice_us;  /* 0: the kernel's default slice */
 	int foreground, debug;
 	int handle_open;
 	int read_only;              /* mount "ro": no .prep/ to write specs to */

@@ -10,6 +10,11 @@
  * DESIGN
  * - Threads only after fuse_daemonize(): it forks, and a thread started
  *   before it would be left in the parent.
+ * - The request threads ask for a short CPU time slice (--request-slice,
+ *   util/sched.h): set on the main thread just before the loop, so the
+ *   threads libfuse starts inherit it; of the core's threads, started
+ *   before, only those that finish requests (io_uring completions, the
+ *   peer thread) take it, the others keep the default.
  * - Notices go out from the notifier thread (a struct worker, util/
  *   worker.h), never from the thread that found the change: that may be a
  *   FUSE worker inside a LOOKUP of the very directory the notice
@@ -28,6 +33,7 @@
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/notify.h"
+#include "util/sched.h"
 #include "util/worker.h"
 
 /* A change the kernel must hear of (struct notifier). */
@@ -257,6 +263,29 @@ int ops_session_new(const struct ops_config *cfg, struct ops_session **out)
 	return 0;
 }
 
+/* The calling thread, and so every request thread libfuse starts from it,
+ * asks for the configured slice; what it got goes to stats.json. */
+static void request_slice(struct ops_session *s, struct core *c)
+{
+	uint64_t want = (uint64_t)s->cfg.request_slice_us * 1000, got;
+	int err;
+
+	if (!want)
+		return;
+	if ((err = sched_slice_for_requests()) < 0) {
+		log_warn("--request-slice: the kernel refused a %u us time slice (%s); requests "
+			 "keep its default", s->cfg.request_slice_us, strerror(-err));
+		return;
+	}
+	got = sched_slice_get();
+	if (got != want) {
+		log_info("--request-slice: this kernel keeps its own time slice (%llu ns; Linux 6.12 "
+			 "takes one from a thread)", (unsigned long long)got);
+		return;
+	}
+	core_set_request_slice(c, got);
+}
+
 int ops_session_run(struct ops_session *s, struct core *c)
 {
 	struct fuse_loop_config *lc;
@@ -276,6 +305,8 @@ int ops_session_run(struct ops_session *s, struct core *c)
 	}
 	/* Threads only now: fuse_daemonize() forks. */
 	lc = fuse_loop_cfg_create();
+	/* Before core_start(): its completion and peer threads take it. */
+	sched_slice_configure((uint64_t)s->cfg.request_slice_us * 1000);
 	core_set_change_cb(c, on_change, s);
 	core_set_probe(c, probe_kernel, s);
 	core_set_copy_drop(c, on_copy_drop, s);
@@ -284,6 +315,7 @@ int ops_session_run(struct ops_session *s, struct core *c)
 	} else if (!lc) {
 		ret = -ENOMEM;
 	} else {
+		request_slice(s, c);
 		fuse_loop_cfg_set_clone_fd(lc, 1);
 		fuse_loop_cfg_set_max_threads(lc, s->cfg.threads);
 		fuse_loop_cfg_set_idle_threads(lc, s->cfg.threads);

@@ -21,6 +21,7 @@ enum {
 	OPT_CACHE_REMOTE, OPT_NO_PEERS, OPT_MANIFEST, OPT_PREFETCH_MEM, OPT_PREFETCH_WINDOW, OPT_ORDER_EXPIRE,
 	OPT_NO_ORDER, OPT_PAGE_CACHE, OPT_NO_MEM_WATCH, OPT_STATE_DIR, OPT_NO_PERSIST, OPT_PERSIST,
 	OPT_CACHE_DIR, OPT_CACHE_DIR_SIZE, OPT_CACHE_DIR_IO, OPT_METRICS_ADDR, OPT_PASSTHROUGH,
+	OPT_REQUEST_SLICE,
 };
 
 static const struct option longopts[] = {
@@ -30,6 +31,7 @@ static const struct option longopts[] = {
 	{ "version", no_argument, NULL, 'V' },
 	{ "threads", required_argument, NULL, OPT_THREADS },
 	{ "scan-threads", required_argument, NULL, OPT_SCAN_THREADS },
+	{ "request-slice", required_argument, NULL, OPT_REQUEST_SLICE },
 	{ "timeout", required_argument, NULL, OPT_TIMEOUT },
 	{ "no-watch", no_argument, NULL, OPT_NO_WATCH },
 	{ "open", no_argument, NULL, OPT_OPEN },
@@ -95,6 +97,10 @@ void options_usage(void *fp, const char *prog)
 		"                       and the like are mount(8)'s and are ignored here\n"
 		"      --threads N      FUSE worker threads at most (default %u)\n"
 		"      --scan-threads N threads for the mount-time scan (default: 4 per CPU)\n"
+		"      --request-slice US  the CPU time slice the FUSE threads ask for, in\n"
+		"                       microseconds (100-100000; default %u): a short one\n"
+		"                       answers a read at once when the job keeps every core\n"
+		"                       busy (Linux 6.12+; 0: the kernel's default)\n"
 		"      --timeout SEC    longest a change to SOURCE can go unseen: names,\n"
 		"                       attributes and cached bytes are re-checked after SEC\n"
 		"                       (default %g where inotify sees every change, else %g)\n"
@@ -181,7 +187,7 @@ void options_usage(void *fp, const char *prog)
 		"      --no-mem-watch   never pause or shrink the cache under memory pressure\n"
 		"  -h, --help           print this help\n"
 		"  -V, --version        print the version\n",
-		prog, OPTIONS_DEFAULT_THREADS, CORE_TIMEOUT_WATCHED, CORE_TIMEOUT_UNWATCHED,
+		prog, OPTIONS_DEFAULT_THREADS, OPTIONS_DEFAULT_REQUEST_SLICE_US, CORE_TIMEOUT_WATCHED, CORE_TIMEOUT_UNWATCHED,
 		CORE_DEFAULT_CACHE_PERCENT, TIER_FLOOR_PERCENT,
 		CORE_DEFAULT_PREP_MEM_PERCENT, OPTIONS_DEFAULT_PREP_TIMEOUT);
 }
@@ -438,6 +444,7 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 	o->timeout = OPTIONS_DEFAULT_TIMEOUT;
 	o->persist_mode = PERSIST_MODE_CRASH;
 	o->threads = OPTIONS_DEFAULT_THREADS;
+	o->request_slice_us = OPTIONS_DEFAULT_REQUEST_SLICE_US;
 	o->watch = 1;
 	o->cache_chunk = CORE_DEFAULT_CACHE_CHUNK;
 	o->scrub_rate = OPTIONS_DEFAULT_SCRUB_RATE;
@@ -482,6 +489,12 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 		case OPT_THREADS:
 			if (options_parse_uint(optarg, 1, 1024, &o->threads))
 				FAIL("--threads %s: expected a number from 1 to 1024", optarg);
+			break;
+		case OPT_REQUEST_SLICE:
+			if (options_parse_uint(optarg, 0, 100000, &o->request_slice_us) ||
+			    (o->request_slice_us && o->request_slice_us < 100))
+				FAIL("--request-slice %s: expected microseconds from 100 to 100000, "
+				     "or 0 for the kernel's default", optarg);
 			break;
 		case OPT_SCAN_THREADS:
 			if (options_parse_uint(optarg, 1, 1024, &o->scan_threads))

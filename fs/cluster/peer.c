@@ -35,6 +35,7 @@
 #include "cluster/peer_int.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/sched.h"
 #include "util/trust.h"
 #include "util/worker.h"
 
@@ -225,6 +226,8 @@ static void *loop(void *arg)
 	struct peer *p = arg;
 	struct epoll_event evs[64];
 
+	pthread_setname_np(pthread_self(), "epochfs-peer");
+	(void)sched_slice_for_requests();   /* a fetch's reply finishes a read */
 	while (worker_running(&p->w)) {
 		int n = epoll_wait(p->epfd, evs, 64, 50);
 		for (int i = 0; i < n; i++) {

@@ -639,6 +639,11 @@ void core_set_copy_drop(struct core *c, core_copy_fn fn, void *arg)
 	c->copy_arg = arg;
 }
 
+void core_set_request_slice(struct core *c, uint64_t ns)
+{
+	__atomic_store_n(&c->request_slice_ns, ns, __ATOMIC_RELAXED);
+}
+
 void core_probe_answer(struct core *c, void *cookie, int resident)
 {
 	prefetch_probed(c->pf, cookie, resident);

@@ -273,6 +273,10 @@ void core_probe_answer(struct core *c, void *cookie, int resident);
  * on read paths; must not block. Set before core_start(). */
 typedef void (*core_copy_fn)(void *arg, uint64_t node);
 void core_set_copy_drop(struct core *c, core_copy_fn fn, void *arg);
+/* What the adapter's request threads got when they asked the kernel for a
+ * short time slice (util/sched.h): NS, or 0 for the kernel's default. For
+ * stats.json ("request_slice_ns"); any thread, any time. */
+void core_set_request_slice(struct core *c, uint64_t ns);
 /* How long after a file was read to its end its kernel copy should go:
  * longer while memory is calm (a reader may come back to it), short under
  * pressure (every copy in the kernel squeezes the job). Seconds. */

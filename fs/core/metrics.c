@@ -93,6 +93,9 @@ int core_samples(struct core *c, struct sample *out, int max)
 					    .text = pa ? pa : "unknown: the kernel has not connected yet" };
 	GAUGE("passthrough_open_files", "Files open now whose reads the kernel serves from the RAM cache",
 	      core_pt_open_files(c));
+	GAUGE("request_slice_ns", "The CPU time slice the FUSE request threads run with, when they asked "
+	      "for one (--request-slice); 0: the kernel's default",
+	      __atomic_load_n(&c->request_slice_ns, __ATOMIC_RELAXED));
 	GAUGE("files", "Regular files in the index", t.files);
 	GAUGE("dirs", "Directories in the index", t.dirs);
 	GAUGE("symlinks", "Symbolic links in the index", t.symlinks);

@@ -22,6 +22,7 @@
 #include <liburing.h>
 #include <stdlib.h>
 
+#include "util/sched.h"
 #include "util/uring.h"
 #include "util/worker.h"
 
@@ -56,6 +57,10 @@ static void *cq_main(void *arg)
 {
 	struct uring *u = arg;
 
+	/* A completion finishes a request a reader waits on: the request
+	 * threads' slice (util/sched.h). */
+	pthread_setname_np(pthread_self(), "epochfs-io");
+	(void)sched_slice_for_requests();
 	for (;;) {
 		struct io_uring_cqe *cqe;
 		if (io_uring_wait_cqe(&u->ring, &cqe) < 0)

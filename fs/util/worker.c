@@ -12,13 +12,25 @@
  *   clock.
  * - A pool's thread handles are allocated; a single thread's live in the
  *   struct, so the common case allocates nothing.
+ * - Every thread starts in start_main(), which gives back a short slice
+ *   inherited from a FUSE request thread before running the owner's FN:
+ *   background work must not preempt the job the way a request does.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <time.h>
 
 #include "util/clock.h"
+#include "util/sched.h"
 #include "util/worker.h"
+
+static void *start_main(void *arg)
+{
+	struct worker *w = arg;
+
+	sched_slice_unshare();
+	return w->fn(w->arg);
+}
 
 int worker_init(struct worker *w)
 {
@@ -49,8 +61,10 @@ int worker_start(struct worker *w, unsigned n, void *(*fn)(void *), void *arg)
 	w->th = n == 1 ? &w->one : calloc(n, sizeof(*w->th));
 	if (!w->th)
 		return -ENOMEM;
+	w->fn = fn;
+	w->arg = arg;
 	for (w->nth = 0; w->nth < n; w->nth++)
-		if ((err = pthread_create(&w->th[w->nth], NULL, fn, arg)))
+		if ((err = pthread_create(&w->th[w->nth], NULL, start_main, w)))
 			break;
 	if (err) {
 		worker_stop(w);         /* those that did start */

@@ -53,6 +53,8 @@ struct worker {
 	unsigned nth;               /* threads started and not joined yet */
 	pthread_t *th;              /* nth of them: &one, or allocated for a pool */
 	pthread_t one;
+	void *(*fn)(void *);        /* what the threads run, with ARG */
+	void *arg;
 	void (*kick)(void *arg);    /* wakes a thread that sleeps elsewhere; NULL: none */
 	void *kick_arg;
 };
@@ -65,8 +67,9 @@ int worker_init(struct worker *w);
  * or closing that pipe: it is called once). Before worker_start(). */
 void worker_set_kick(struct worker *w, void (*fn)(void *arg), void *arg);
 
-/* Starts N threads (at least 1) running FN(ARG). 0, or -errno with none
- * left running (those started are stopped and joined). */
+/* Starts N threads (at least 1) running FN(ARG), each on the kernel's
+ * default time slice whatever its creator's (util/sched.h). 0, or -errno
+ * with none left running (those started are stopped and joined). */
 int worker_start(struct worker *w, unsigned n, void *(*fn)(void *), void *arg);
 
 /* W's lock held. Returns 0 at once when a stop was asked; else sleeps

@@ -1,7 +1,8 @@
 /* Unit tests of the worker thread's lifecycle: a stop ends a long wait at
  * once and joins, a wake ends a wait, a timed wait times out, a pool
- * stops whole, a thread asleep in poll() is kicked, and a stop asked
- * before the wait is never slept through. */
+ * stops whole, a thread asleep in poll() is kicked, a stop asked
+ * before the wait is never slept through, and a worker does not inherit
+ * a request thread's short time slice (util/sched.h). */
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "util/clock.h"
+#include "util/sched.h"
 #include "util/worker.h"
 
 TestSuite(worker, .timeout = 10);
@@ -207,4 +209,43 @@ Test(worker, a_stop_asked_before_the_wait_is_not_slept_through)
 	cr_expect_lt(clock_now() - t0, 1.0);
 	worker_stop(&w);            /* none started: nothing to join */
 	worker_destroy(&w);
+}
+
+/* ---- the time slice (util/sched.h) ---- */
+
+static uint64_t seen_slice;
+
+static void *note_slice(void *arg)
+{
+	(void)arg;
+	__atomic_store_n(&seen_slice, sched_slice_get(), __ATOMIC_RELEASE);
+	return NULL;
+}
+
+Test(worker, a_worker_runs_on_the_default_slice_when_its_creator_asked_for_a_short_one)
+{
+	struct worker w;
+	pthread_t raw;
+	uint64_t def = sched_slice_get(), shrt = 2 * SCHED_SLICE_MIN_NS;
+
+	if (sched_slice_set(shrt) < 0 || sched_slice_get() != shrt)
+		cr_skip_test("this kernel keeps its own slice (Linux 6.12 takes one from a thread)");
+	cr_assert_neq(def, shrt, "the default slice is the one asked for: the test proves nothing");
+	/* A plain thread inherits the slice (what the request threads rely on)... */
+	cr_assert_eq(pthread_create(&raw, NULL, note_slice, NULL), 0);
+	pthread_join(raw, NULL);
+	cr_assert_eq(__atomic_load_n(&seen_slice, __ATOMIC_ACQUIRE), shrt);
+	/* ...a worker gives it back before its function runs. */
+	cr_assert_eq(worker_init(&w), 0);
+	cr_assert_eq(worker_start(&w, 1, note_slice, NULL), 0);
+	worker_stop(&w);
+	worker_destroy(&w);
+	cr_assert_eq(__atomic_load_n(&seen_slice, __ATOMIC_ACQUIRE), def,
+		     "the worker ran on %llu ns, not the default %llu",
+		     (unsigned long long)seen_slice, (unsigned long long)def);
+	/* Out of range is clamped to the kernel's bounds, 0 is the default again. */
+	cr_assert_eq(sched_slice_set(1), 0);
+	cr_assert_eq(sched_slice_get(), SCHED_SLICE_MIN_NS);
+	cr_assert_eq(sched_slice_set(0), 0);
+	cr_assert_eq(sched_slice_get(), def);
 }

@@ -5,9 +5,13 @@
         it out: one permutation of all files per epoch (seeded by the epoch),
         node RANK takes every NODES-th from RANK on. Prints bytes and seconds.
     peer_read.py classify MOUNT OUT
-        reads every file once, alone, timing each read and telling from the
-        mount's peer_read_bytes whether a peer served it; writes the peer-served
-        paths to OUT and prints median latencies of local and peer hits.
+        first tells each file's source: reads it once, alone, and looks at the
+        mount's peer_read_bytes before and after (a peer served it, or the
+        local cache did); writes the peer-served paths to OUT. Then drops the
+        kernel's copies and times a second read of every file, back to back
+        with nothing between (no stats.json read around a timed read, whose
+        daemon work could overlap it), and prints the median latencies of
+        local and peer hits.
     peer_read.py throughput MOUNT LIST THREADS
         reads the files of LIST with THREADS threads; prints GB/s.
 """
@@ -53,22 +57,31 @@ if cmd == "share":
         n += read(p)
     print(json.dumps({"bytes": n, "seconds": time.monotonic() - t0}))
 elif cmd == "classify":
-    local, peer, peer_paths = [], [], []
-    for p in files_of(mount):
+    paths = files_of(mount)
+    is_peer = []
+    for p in paths:
         b0 = peer_bytes(mount)
+        read(p)
+        is_peer.append(peer_bytes(mount) > b0)
+    with open(sys.argv[3], "w") as f:
+        f.write("\n".join(p for p, q in zip(paths, is_peer) if q) + "\n")
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+    times, b0 = [], peer_bytes(mount)
+    for p in paths:
         t0 = time.perf_counter()
         read(p)
-        dt = time.perf_counter() - t0
-        if peer_bytes(mount) > b0:
-            peer.append(dt)
-            peer_paths.append(p)
-        else:
-            local.append(dt)
-    with open(sys.argv[3], "w") as f:
-        f.write("\n".join(peer_paths) + "\n")
+        times.append(time.perf_counter() - t0)
+    # The timed pass must find each file where the first one did (a node
+    # keeps only what it owns): the peer bytes it moved say whether it did.
+    moved = peer_bytes(mount) - b0
+    local = [t for t, q in zip(times, is_peer) if not q]
+    peer = [t for t, q in zip(times, is_peer) if q]
     print(json.dumps({"local_n": len(local), "peer_n": len(peer),
                       "local_ms": statistics.median(local) * 1e3 if local else None,
-                      "peer_ms": statistics.median(peer) * 1e3 if peer else None}))
+                      "peer_ms": statistics.median(peer) * 1e3 if peer else None,
+                      "timed_pass_peer_bytes": moved}))
 elif cmd == "throughput":
     paths = [p for p in open(sys.argv[3]).read().split("\n") if p]
     k = int(sys.argv[4])

@@ -104,6 +104,8 @@ t4 = json.load(open(os.path.join(w, "t4%s.json" % sfx)))
 print("%s: whole-file read (%.0f KB mean), median: local cache hit %.3f ms, peer hit %.3f ms: +%.3f ms for the peer (%d and %d files)"
       % (label, t1["bytes"] / max(1, lat["peer_n"]) / 1e3, lat["local_ms"], lat["peer_ms"],
          lat["peer_ms"] - lat["local_ms"], lat["local_n"], lat["peer_n"]))
+print("%s: the timed pass moved %d peer bytes (the first pass's peer files: %d; a file found elsewhere than in the first pass would blur the split)"
+      % (label, lat.get("timed_pass_peer_bytes", -1), lat["peer_n"]))
 print("%s: peer fetch throughput (node 0 reading what nodes 1 and 2 hold): %.2f GB/s with 1 thread, %.2f GB/s with 4"
       % (label, t1["gbps"], t4["gbps"]))
 PY
