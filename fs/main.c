@@ -27,6 +27,7 @@
 #include "options.h"
 #include "store/path.h"
 #include "util/log.h"
+#include "util/sched.h"
 #include "util/version.h"
 
 static struct core *debug_core;
@@ -370,6 +371,8 @@ int main(int argc, char **argv)
 		.cache_dir_buffered = o.cache_dir_buffered, .metrics_addr = o.metrics_addr,
 		.passthrough = o.passthrough,
 	};
+	/* Before core_open(): the SSD tier's completion thread starts there. */
+	sched_slice_configure((uint64_t)o.request_slice_us * 1000);
 	if (core_open(&co, &core) < 0) {
 		ops_session_free(sess);
 		return 1;

@@ -272,15 +272,24 @@ static void request_slice(struct ops_session *s, struct core *c)
 
 	if (!want)
 		return;
+	/* Not warnings: the daemon serves as well as before, only without
+	 * the gain; --request-slice 0 silences them. */
 	if ((err = sched_slice_for_requests()) < 0) {
-		log_warn("--request-slice: the kernel refused a %u us time slice (%s); requests "
-			 "keep its default", s->cfg.request_slice_us, strerror(-err));
+		log_info("--request-slice: no %u us time slice for the request threads (%s: %s); "
+			 "they keep the kernel's", s->cfg.request_slice_us, strerror(-err),
+			 err == -EINVAL ? "the daemon runs under a policy other than SCHED_OTHER or "
+			 "SCHED_BATCH" : "the kernel or a sandbox refused it");
 		return;
 	}
 	got = sched_slice_get();
 	if (got != want) {
 		log_info("--request-slice: this kernel keeps its own time slice (%llu ns; Linux 6.12 "
 			 "takes one from a thread)", (unsigned long long)got);
+		return;
+	}
+	if (sched_slice_resets_on_fork()) {
+		log_info("--request-slice: the daemon runs with SCHED_RESET_ON_FORK, so the request "
+			 "threads start on the kernel's time slice");
 		return;
 	}
 	core_set_request_slice(c, got);
@@ -305,8 +314,6 @@ int ops_session_run(struct ops_session *s, struct core *c)
 	}
 	/* Threads only now: fuse_daemonize() forks. */
 	lc = fuse_loop_cfg_create();
-	/* Before core_start(): its completion and peer threads take it. */
-	sched_slice_configure((uint64_t)s->cfg.request_slice_us * 1000);
 	core_set_change_cb(c, on_change, s);
 	core_set_probe(c, probe_kernel, s);
 	core_set_copy_drop(c, on_copy_drop, s);

@@ -71,8 +71,8 @@ struct options {
 #define OPTIONS_DEFAULT_TIMEOUT (-1.0)    /* CORE_TIMEOUT_WATCHED or _UNWATCHED */
 #define OPTIONS_DEFAULT_THREADS 8u
 /* The kernel's shortest slice: the 100 MB/s cell of part 7 (docs/design.md,
- * "The request threads' time slice") measured 1.07x native with it and
- * 1.13x with the default 1.4 ms. */
+ * "The request threads' time slice") measured 1.05x native with it and
+ * 1.12x with this machine's default 1.4 ms. */
 #define OPTIONS_DEFAULT_REQUEST_SLICE_US 100u
 #define OPTIONS_DEFAULT_SCRUB_RATE (32ull << 20)
 #define OPTIONS_DEFAULT_PREFAULT UINT64_MAX   /* the whole budget the data can fill */

@@ -19,6 +19,8 @@
 static int slice_set;           /* atomic: a thread of this process asked for a slice */
 static uint64_t request_ns;     /* atomic: sched_slice_configure()'s */
 
+#define SLICE_RESET_ON_FORK 0x01    /* the kernel's SCHED_FLAG_RESET_ON_FORK */
+
 struct sched_attr_v1 {
 	uint32_t size;
 	uint32_t sched_policy;
@@ -51,8 +53,9 @@ int sched_slice_set(uint64_t ns)
 
 	if ((err = get_attr(&a)) < 0)
 		return err;
-	if (a.sched_policy != SCHED_OTHER && a.sched_policy != SCHED_BATCH &&
-	    a.sched_policy != SCHED_IDLE)
+	/* The kernel takes a slice from the fair policies only (SCHED_IDLE's
+	 * threads run when nothing else wants the CPU: no slice helps). */
+	if (a.sched_policy != SCHED_OTHER && a.sched_policy != SCHED_BATCH)
 		return -EINVAL;
 	if (ns && ns < SCHED_SLICE_MIN_NS)
 		ns = SCHED_SLICE_MIN_NS;
@@ -77,6 +80,13 @@ uint64_t sched_slice_get(void)
 	struct sched_attr_v1 a;
 
 	return get_attr(&a) < 0 ? 0 : a.sched_runtime;
+}
+
+int sched_slice_resets_on_fork(void)
+{
+	struct sched_attr_v1 a;
+
+	return get_attr(&a) == 0 && (a.sched_flags & SLICE_RESET_ON_FORK);
 }
 
 void sched_slice_configure(uint64_t ns)

@@ -57,6 +57,9 @@ if cmd == "share":
         n += read(p)
     print(json.dumps({"bytes": n, "seconds": time.monotonic() - t0}))
 elif cmd == "classify":
+    if not os.access("/proc/sys/vm/drop_caches", os.W_OK):
+        sys.exit("peer_read.py classify: needs root (it drops the kernel's caches "
+                 "between its two passes)")
     paths = files_of(mount)
     is_peer = []
     for p in paths:
