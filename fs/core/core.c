@@ -511,6 +511,13 @@ int core_start(struct core *c)
 		return err;
 	}
 	storage_set_drop_source_cache(c->st, !c->opts.keep_source_cache);
+	if (c->tier) {
+		char why[300];
+		if ((err = tier_start(c->tier, why, sizeof(why))) < 0) {
+			log_error("%s", why);
+			return err;
+		}
+	}
 	/* The state's lock names the process that serves: the adapter may have
 	 * forked into the background since persist_open(). */
 	if (c->persist)

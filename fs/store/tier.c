@@ -391,14 +391,8 @@ int tier_open(const struct tier_opts *o, persist_resolve_fn resolve, persist_pat
 		if ((e = open_dir(t, o, k, resolve, path, arg, err, errlen)) < 0)
 			goto fail;
 	}
-	if ((e = uring_new(RING_DEPTH, &t->ring)) < 0) {
-		snprintf(err, errlen, "SSD tier: io_uring: %s", strerror(-e));
+	if ((e = tier_writer_init(t)) < 0)
 		goto fail;
-	}
-	if ((e = tier_writer_start(t)) < 0) {
-		uring_free(t->ring);
-		goto fail;
-	}
 	t->st.dirs = t->ndirs;
 	for (unsigned k = 0; k < t->ndirs; k++) {
 		struct persist_stats ps = { 0 };
@@ -425,6 +419,23 @@ fail:
 	free(t->slots);
 	free(t);
 	return e;
+}
+
+int tier_start(struct tier *t, char *err, size_t errlen)
+{
+	int e;
+
+	if ((e = uring_new(RING_DEPTH, &t->ring)) < 0) {
+		snprintf(err, errlen, "SSD tier: io_uring: %s", strerror(-e));
+		return e;
+	}
+	if ((e = tier_writer_start(t)) < 0) {
+		snprintf(err, errlen, "SSD tier: cannot start its writer: %s", strerror(-e));
+		uring_free(t->ring);
+		t->ring = NULL;
+		return e;
+	}
+	return 0;
 }
 
 void tier_free(struct tier *t)

@@ -73,8 +73,8 @@ struct tier_stats {
 };
 
 /* Opens the directories (made when absent) and adopts what they hold
- * (RESOLVE and PATH as for persist_adopt_items()), then starts the
- * completion and writer threads. Each DIR must be trusted (util/trust.h:
+ * (RESOLVE and PATH as for persist_adopt_items()); no thread yet
+ * (tier_start()). Each DIR must be trusted (util/trust.h:
  * nobody else can change it, or it is sticky) and DIR/epochfs-tier is
  * this user's, 0700. Returns 0, or -EBUSY (another daemon holds a
  * directory), -ENOSPC (a directory's filesystem is already past its
@@ -83,7 +83,14 @@ struct tier_stats {
  * room it has, and never drops at adoption what its table holds. */
 int tier_open(const struct tier_opts *o, persist_resolve_fn resolve, persist_path_fn path, void *arg,
 	      struct tier **out, char *err, size_t errlen);
-/* Waits for the writes queued, stops the threads, closes. NULL is fine. */
+/* Starts the tier's threads: its ring's completion thread and the writer.
+ * Apart from tier_open() because the daemon forks into the background
+ * between the two (fuse_daemonize(), which keeps no thread): tier_open()
+ * checks and reports before the mount, this runs after. Before any read,
+ * fill or sync. 0, or -errno with ERR's one line and nothing started. */
+int tier_start(struct tier *t, char *err, size_t errlen);
+/* Waits for the writes queued, stops the threads, closes. NULL is fine,
+ * and so is a tier never started. */
 void tier_free(struct tier *t);
 
 /* The tier as a source (source.h): serves an item it holds at version

@@ -95,10 +95,12 @@ static inline uint64_t tier_round_up(uint64_t n)
  * held. */
 uint64_t tier_slot(struct tier *t, uint64_t key);
 
-/* tier_write.c: starts the writer (its worker and queue). 0 or -errno,
- * with nothing left to stop. */
+/* tier_write.c: makes the writer's worker and queue (no thread yet; 0 or
+ * -errno with nothing to undo), and starts its thread (0 or -errno). */
+int tier_writer_init(struct tier *t);
 int tier_writer_start(struct tier *t);
-/* Lets the writer write what is queued, stops it and frees the worker. */
+/* Lets the writer write what is queued, stops it (if started) and frees
+ * the worker. After tier_writer_init(). */
 void tier_writer_stop(struct tier *t);
 
 #endif

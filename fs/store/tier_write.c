@@ -267,22 +267,22 @@ void tier_sync(struct tier *t)
 	pthread_mutex_unlock(&t->w.lock);
 }
 
-int tier_writer_start(struct tier *t)
+int tier_writer_init(struct tier *t)
 {
 	int e;
 
 	if ((e = worker_init(&t->w)) < 0)
 		return e;
-	if ((e = -pthread_cond_init(&t->wq_idle, NULL)) < 0)
-		goto out_worker;
-	if ((e = worker_start(&t->w, 1, writer_main, t)) < 0)
-		goto out_cond;
+	if ((e = -pthread_cond_init(&t->wq_idle, NULL)) < 0) {
+		worker_destroy(&t->w);
+		return e;
+	}
 	return 0;
-out_cond:
-	pthread_cond_destroy(&t->wq_idle);
-out_worker:
-	worker_destroy(&t->w);
-	return e;
+}
+
+int tier_writer_start(struct tier *t)
+{
+	return worker_start(&t->w, 1, writer_main, t);
 }
 
 void tier_writer_stop(struct tier *t)

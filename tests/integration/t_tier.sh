@@ -5,7 +5,8 @@
 # the tier is dropped and read from storage; a full tier stops admitting; a
 # tier whose filesystem turns read-only or whose directory vanishes at run
 # time admits nothing more while reads go on; a second daemon on the same
-# directory is refused.
+# directory is refused; a daemon started in the background (no -f) writes
+# and reads its tier.
 . "$(dirname "$0")/lib.sh"
 S=/dev/shm/epochfs-t-tier.$$
 LOOPMNT=$T/ext4
@@ -193,6 +194,26 @@ same "after a restart on a tight disk"
 umount_ep
 umount "$T/tight"
 ok "a default-size tier on a tight disk ($((free >> 20)) MiB free at restart) adopts all $held items"
+
+# Started in the background (no -f): the daemon forks after it opened the
+# tier, so the tier's threads (its reads' completions, its writer) must
+# start in the process that serves, or nothing is ever written to it.
+B=$T/bg
+mkdir -p "$B/t" "$B/m"
+"$EPOCHFS" --no-persist --cache-size $((D / 4))B --cache-dir "$B/t" --log "$T/bg.log" "$T/src" "$B/m" ||
+	fail "a mount in the background failed: $(cat "$T/bg.log" 2>/dev/null)"
+wait_for mountpoint -q "$B/m" || fail "the background mount did not appear"
+bpid=$(stat_of "$B/m" daemon_pid)
+diff -r -q "$T/src" "$B/m" >/dev/null || fail "background mount: bytes differ from SOURCE"
+wait_for sh -c '[ "$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[\"tier_admitted\"])" "$0/.epochfs/stats.json")" -gt 0 ]' "$B/m" ||
+	fail "background mount: nothing written to the tier (its threads did not start in the daemon)"
+sync; echo 3 > /proc/sys/vm/drop_caches
+h0=$(stat_of "$B/m" tier_hits)
+diff -r -q "$T/src" "$B/m" >/dev/null || fail "background mount, second read: bytes differ"
+[ "$(stat_of "$B/m" tier_hits)" -gt "$h0" ] || fail "background mount: no read served from the tier"
+fusermount3 -u "$B/m" || fail "cannot unmount the background mount"
+wait_for sh -c '! kill -0 "$0" 2>/dev/null' "$bpid" || fail "the background daemon did not exit"
+ok "started in the background: the tier is written and read by the daemon's own threads"
 
 # The tier's filesystem turns read-only (an ext4 error, errors=remount-ro).
 truncate -s 64M "$T/ext4.img" && mkfs.ext4 -q -F "$T/ext4.img" 2>/dev/null && mkdir -p "$LOOPMNT" &&

@@ -65,6 +65,7 @@ static struct tier *open_tier(uint64_t size, int persist)
 	o.dirs[0] = path;
 	o.sizes[0] = size;
 	cr_assert_eq(tier_open(&o, resolve, path_of, NULL, &t, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(tier_start(t, err, sizeof(err)), 0, "%s", err);
 	return t;
 }
 
