@@ -339,6 +339,7 @@ int main(int argc, char **argv)
 	struct ops_config oc = {
 		.mountpoint = o.mountpoint, .fuse_opts = o.fuse_opts, .log_file = o.log_file,
 		.fsname = fsname, .threads = o.threads, .request_slice_us = o.request_slice_us,
+		.readahead = o.readahead,
 		.foreground = o.foreground,
 		.debug = o.debug, .handle_open = o.handle_open, .read_only = !o.prep,
 	};

@@ -23,7 +23,8 @@
  * - INIT asks the kernel for what libfuse 3.14 asked for, no more (the
  *   flags are the same on the wire), and FUSE_PASSTHROUGH when the mount
  *   uses it (core_passthrough_start: stats.json's "passthrough", one log
- *   line).
+ *   line). Its max_readahead is --readahead's window, which ops_session.c
+ *   wrote to the mount's bdi before the loop: the kernel keeps the smaller.
  * - Every write-type operation is the core's to refuse (EROFS) or take
  *   (.prep/ spec files). So the mount is "ro" only with --no-prep; without
  *   it, an open for writing succeeds (the kernel opens files itself in no-open
@@ -105,6 +106,10 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 		s->cfg.handle_open = 1;
 	}
 	conn->time_gran = 1;
+	/* The kernel keeps the smaller of its bdi's window (ops_session.c
+	 * raised it) and this. */
+	if (s->cfg.readahead)
+		conn->max_readahead = (unsigned)s->cfg.readahead;
 	/* Reads the daemon parks (a .prep/ batch not made yet, a load in
 	 * flight) hold background requests (async direct I/O, readahead),
 	 * 1 MiB each: at the kernel's default of 12, three parked 4.8 MB

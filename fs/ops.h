@@ -20,6 +20,7 @@ struct ops_config {
 	const char *fsname;         /* the mount's source field: SOURCE's absolute path */
 	unsigned threads;
 	unsigned request_slice_us;  /* 0: the kernel's default slice */
+	uint64_t readahead;         /* bytes, set on the mount's bdi; 0: the kernel's */
 	int foreground, debug;
 	int handle_open;
 	int read_only;              /* mount "ro": no .prep/ to write specs to */

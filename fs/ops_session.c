@@ -15,6 +15,10 @@
  *   threads libfuse starts inherit it; of the core's threads, started
  *   before, only those that finish requests (io_uring completions, the
  *   peer thread) take it, the others keep the default.
+ * - The readahead window (--readahead) is written to the mount's bdi in
+ *   sysfs between the mount and the loop: the kernel sent INIT with the old
+ *   window, and takes the smaller of the bdi's and INIT's reply, so op_init
+ *   answers with the new one too (ops.c).
  * - Notices go out from the notifier thread (a struct worker, util/
  *   worker.h), never from the thread that found the change: that may be a
  *   FUSE worker inside a LOOKUP of the very directory the notice
@@ -30,6 +34,7 @@
 #include <unistd.h>
 
 #include "ops_int.h"
+#include "store/path.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/notify.h"
@@ -295,18 +300,62 @@ static void request_slice(struct ops_session *s, struct core *c)
 	core_set_request_slice(c, got);
 }
 
+/* Sets the readahead window of the mount at ABS (its canonical path, or
+ * NULL) on its bdi. Called after the mount, before the loop: nothing may
+ * touch the mount point here, its first request would wait for a loop not
+ * yet running. A refusal is one info line: reads stay correct, a file over
+ * the kernel's 128K costs one more request. */
+static void set_readahead(struct ops_session *s, struct core *c, const char *abs)
+{
+	char dev[32], path[96], val[32];
+	unsigned long long kb = (unsigned long long)(s->cfg.readahead >> 10);
+	int fd, n, err = 0;
+
+	if (!kb)
+		return;
+	if (!abs || path_mount_dev("/proc/self/mountinfo", abs, dev, sizeof(dev)) != 1) {
+		log_info("--readahead: the mount's device is not in /proc/self/mountinfo; the "
+			 "kernel's readahead window stays");
+		return;
+	}
+	snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", dev);
+	n = snprintf(val, sizeof(val), "%llu\n", kb);
+	fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		err = errno;
+	else if (write(fd, val, (size_t)n) != n)
+		err = errno ? errno : EIO;
+	if (fd >= 0)
+		close(fd);
+	if (err) {
+		log_info("--readahead: cannot set %s to %llu (%s); the kernel's window stays, and a "
+			 "file larger than it takes more than one read request", path, kb,
+			 strerror(err));
+		return;
+	}
+	core_set_readahead(c, (uint64_t)kb << 10);
+}
+
 int ops_session_run(struct ops_session *s, struct core *c)
 {
+	/* Resolved before the mount: afterwards the last component is the
+	 * mount's own root, and looking at it waits for the loop. */
+	char *abs = realpath(s->cfg.mountpoint, NULL);
 	struct fuse_loop_config *lc;
 	int ret;
 
 	s->c = c;
-	if (fuse_set_signal_handlers(s->se) != 0)
-		return -EIO;
-	if (fuse_session_mount(s->se, s->cfg.mountpoint) != 0) {
-		fuse_remove_signal_handlers(s->se);
+	if (fuse_set_signal_handlers(s->se) != 0) {
+		free(abs);
 		return -EIO;
 	}
+	if (fuse_session_mount(s->se, s->cfg.mountpoint) != 0) {
+		fuse_remove_signal_handlers(s->se);
+		free(abs);
+		return -EIO;
+	}
+	set_readahead(s, c, abs);
+	free(abs);
 	if (!s->cfg.foreground) {
 		fuse_daemonize(0);
 		if (s->log_fd >= 0)

@@ -21,7 +21,7 @@ enum {
 	OPT_CACHE_REMOTE, OPT_NO_PEERS, OPT_MANIFEST, OPT_PREFETCH_MEM, OPT_PREFETCH_WINDOW, OPT_ORDER_EXPIRE,
 	OPT_NO_ORDER, OPT_PAGE_CACHE, OPT_NO_MEM_WATCH, OPT_STATE_DIR, OPT_NO_PERSIST, OPT_PERSIST,
 	OPT_CACHE_DIR, OPT_CACHE_DIR_SIZE, OPT_CACHE_DIR_IO, OPT_METRICS_ADDR, OPT_PASSTHROUGH,
-	OPT_REQUEST_SLICE,
+	OPT_REQUEST_SLICE, OPT_READAHEAD,
 };
 
 static const struct option longopts[] = {
@@ -32,6 +32,7 @@ static const struct option longopts[] = {
 	{ "threads", required_argument, NULL, OPT_THREADS },
 	{ "scan-threads", required_argument, NULL, OPT_SCAN_THREADS },
 	{ "request-slice", required_argument, NULL, OPT_REQUEST_SLICE },
+	{ "readahead", required_argument, NULL, OPT_READAHEAD },
 	{ "timeout", required_argument, NULL, OPT_TIMEOUT },
 	{ "no-watch", no_argument, NULL, OPT_NO_WATCH },
 	{ "open", no_argument, NULL, OPT_OPEN },
@@ -101,6 +102,9 @@ void options_usage(void *fp, const char *prog)
 		"                       microseconds (100-100000; default %u): a short one\n"
 		"                       answers a read at once when the job keeps every core\n"
 		"                       busy (Linux 6.12+; 0: the kernel's default)\n"
+		"      --readahead SIZE the kernel's readahead window on the mount (default\n"
+		"                       1M, so one request reads an image whole; 4K-16M, or\n"
+		"                       0 for the kernel's 128K; needs root: /sys/class/bdi)\n"
 		"      --timeout SEC    longest a change to SOURCE can go unseen: names,\n"
 		"                       attributes and cached bytes are re-checked after SEC\n"
 		"                       (default %g where inotify sees every change, else %g)\n"
@@ -445,6 +449,7 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 	o->persist_mode = PERSIST_MODE_CRASH;
 	o->threads = OPTIONS_DEFAULT_THREADS;
 	o->request_slice_us = OPTIONS_DEFAULT_REQUEST_SLICE_US;
+	o->readahead = OPTIONS_DEFAULT_READAHEAD;
 	o->watch = 1;
 	o->cache_chunk = CORE_DEFAULT_CACHE_CHUNK;
 	o->scrub_rate = OPTIONS_DEFAULT_SCRUB_RATE;
@@ -495,6 +500,12 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 			    (o->request_slice_us && o->request_slice_us < 100))
 				FAIL("--request-slice %s: expected microseconds from 100 to 100000, "
 				     "or 0 for the kernel's default", optarg);
+			break;
+		case OPT_READAHEAD:
+			if (options_parse_size(optarg, 0, &o->readahead) ||
+			    (o->readahead && (o->readahead < 4096 || o->readahead > (16u << 20))))
+				FAIL("--readahead %s: expected a size from 4K to 16M, or 0 for the "
+				     "kernel's default", optarg);
 			break;
 		case OPT_SCAN_THREADS:
 			if (options_parse_uint(optarg, 1, 1024, &o->scan_threads))

@@ -19,6 +19,7 @@ struct options {
 	unsigned threads;           /* FUSE worker threads at most */
 	unsigned scan_threads;      /* 0: default */
 	unsigned request_slice_us;  /* FUSE threads' time slice (util/sched.h); 0: the kernel's */
+	uint64_t readahead;         /* the mount's readahead window, bytes; 0: the kernel's */
 	int foreground, debug;
 	int watch;                  /* follow changes with inotify */
 	int handle_open;            /* answer open() in the daemon (no FUSE no_open) */
@@ -74,6 +75,10 @@ struct options {
  * "The request threads' time slice") measured 1.05x native with it and
  * 1.12x with this machine's default 1.4 ms. */
 #define OPTIONS_DEFAULT_REQUEST_SLICE_US 100u
+/* One request per image: 1.31 READs a file at the kernel's 128K (30% of
+ * ImageNet-like JPEGs are larger), 1.00 at 1M, the most one FUSE request
+ * carries (docs/design.md, "Kernel-cache decisions"). */
+#define OPTIONS_DEFAULT_READAHEAD (1ull << 20)
 #define OPTIONS_DEFAULT_SCRUB_RATE (32ull << 20)
 #define OPTIONS_DEFAULT_PREFAULT UINT64_MAX   /* the whole budget the data can fill */
 #define OPTIONS_DEFAULT_PREP_TIMEOUT 120u

@@ -651,6 +651,11 @@ void core_set_request_slice(struct core *c, uint64_t ns)
 	__atomic_store_n(&c->request_slice_ns, ns, __ATOMIC_RELAXED);
 }
 
+void core_set_readahead(struct core *c, uint64_t bytes)
+{
+	__atomic_store_n(&c->readahead_bytes, bytes, __ATOMIC_RELAXED);
+}
+
 void core_probe_answer(struct core *c, void *cookie, int resident)
 {
 	prefetch_probed(c->pf, cookie, resident);

@@ -277,6 +277,10 @@ void core_set_copy_drop(struct core *c, core_copy_fn fn, void *arg);
  * short time slice (util/sched.h): NS, or 0 for the kernel's default. For
  * stats.json ("request_slice_ns"); any thread, any time. */
 void core_set_request_slice(struct core *c, uint64_t ns);
+/* The readahead window the adapter set on the mount (--readahead), in
+ * bytes, or 0 when it left the kernel's. For stats.json
+ * ("readahead_bytes"); any thread, any time. */
+void core_set_readahead(struct core *c, uint64_t bytes);
 /* How long after a file was read to its end its kernel copy should go:
  * longer while memory is calm (a reader may come back to it), short under
  * pressure (every copy in the kernel squeezes the job). Seconds. */

@@ -96,6 +96,9 @@ int core_samples(struct core *c, struct sample *out, int max)
 	GAUGE("request_slice_ns", "The CPU time slice the FUSE request threads run with, when they asked "
 	      "for one (--request-slice); 0: the kernel's default",
 	      __atomic_load_n(&c->request_slice_ns, __ATOMIC_RELAXED));
+	GAUGE("readahead_bytes", "The readahead window the daemon set on the mount (--readahead); 0: "
+	      "the kernel's own",
+	      __atomic_load_n(&c->readahead_bytes, __ATOMIC_RELAXED));
 	GAUGE("files", "Regular files in the index", t.files);
 	GAUGE("dirs", "Directories in the index", t.dirs);
 	GAUGE("symlinks", "Symbolic links in the index", t.symlinks);
@@ -106,6 +109,8 @@ int core_samples(struct core *c, struct sample *out, int max)
 	COUNTER("storage_reads", "Reads the daemon issued to SOURCE", ss.reads);
 	COUNTER("storage_errors", "Reads of SOURCE that failed", ss.errors);
 	COUNTER("storage_inline_reads", "Reads of SOURCE served at once from its page cache", ss.inline_reads);
+	COUNTER("storage_direct_reads", "Reads of SOURCE done with O_DIRECT: misses kept nowhere, of "
+		"files not in its page cache", ss.direct_reads);
 	struct cache_stats cs = { 0 };
 	if (c->cache)
 		cache_get_stats(c->cache, &cs);

@@ -68,20 +68,25 @@ static void unescape(char *s)
 	*w = '\0';
 }
 
-/* The Nth space-separated field of LINE (0-based), cut in place. */
-static char *field(char *line, int n)
+/* LINE's first N space-separated fields, cut in place into F. 0, or -1
+ * when it has fewer. */
+static int fields(char *line, char **f, int n)
 {
 	char *save = NULL, *tok = strtok_r(line, " \n", &save);
 
-	while (tok && n--)
-		tok = strtok_r(NULL, " \n", &save);
-	return tok;
+	for (int i = 0; i < n; i++, tok = strtok_r(NULL, " \n", &save)) {
+		if (!tok)
+			return -1;
+		f[i] = tok;
+	}
+	return 0;
 }
 
-/* One mountinfo entry, cut in place in the line read: its mount point
- * (unescaped), file system type and source (still escaped). */
+/* One mountinfo entry, cut in place in the line read: its device
+ * ("MAJ:MIN"), mount point (unescaped), file system type and source (still
+ * escaped). */
 struct mount_entry {
-	char *mnt, *type, *src;
+	char *dev, *mnt, *type, *src;
 };
 
 /* Reads F's next well-formed entry into E, which points into *LINE.
@@ -90,14 +95,17 @@ static int next_mount(FILE *f, char **line, size_t *cap, struct mount_entry *e)
 {
 	while (getline(line, cap, f) > 0) {
 		/* ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE ... */
-		char *save = NULL, *dash = strstr(*line, " - ");
+		char *save = NULL, *dash = strstr(*line, " - "), *fl[5];
 		if (!dash)
 			continue;
 		*dash = '\0';
-		e->mnt = field(*line, 4);
+		if (fields(*line, fl, 5) < 0)
+			continue;
+		e->dev = fl[2];
+		e->mnt = fl[4];
 		e->type = strtok_r(dash + 3, " \n", &save);
 		e->src = strtok_r(NULL, " \n", &save);
-		if (!e->mnt || !e->type || !e->src)
+		if (!e->type || !e->src)
 			continue;
 		unescape(e->mnt);
 		return 1;
@@ -158,6 +166,31 @@ int path_mount_type(const char *mountinfo, const char *p, char *type, size_t len
 		/* Of several mounts on one point, the last listed is on top. */
 		snprintf(type, len, "%s", e.type);
 		found = 1;
+	}
+	free(line);
+	fclose(f);
+	return found;
+}
+
+int path_mount_dev(const char *mountinfo, const char *p, char *dev, size_t len)
+{
+	FILE *f = fopen(mountinfo, "re");
+	char *line = NULL;
+	size_t cap = 0;
+	struct mount_entry e;
+	int found = 0;
+
+	if (!f)
+		return -errno;
+	while (next_mount(f, &line, &cap, &e)) {
+		unsigned maj, min;
+		char end;
+		if (strcmp(e.mnt, p))
+			continue;
+		/* The last listed is on top; a device that is not two numbers
+		 * is not taken for one. */
+		found = sscanf(e.dev, "%u:%u%c", &maj, &min, &end) == 2 &&
+			snprintf(dev, len, "%u:%u", maj, min) < (int)len;
 	}
 	free(line);
 	fclose(f);

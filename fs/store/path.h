@@ -38,6 +38,12 @@ int path_epochfs_origin(const char *mountinfo, const char *p, char *out, size_t 
  * TYPE and returns 1; 0 when P is not a mount point; -errno. */
 int path_mount_type(const char *mountinfo, const char *p, char *type, size_t len);
 
+/* If absolute path P is itself a mount point (per MOUNTINFO), writes the
+ * device of the mount on top there as "MAJ:MIN" into DEV (what names its
+ * backing device info in /sys/class/bdi) and returns 1; 0 when P is not a
+ * mount point or its entry's device is malformed; -errno. */
+int path_mount_dev(const char *mountinfo, const char *p, char *dev, size_t len);
+
 /* Calls FN(ARG, MNT, SRC) for every epochfs mount (type fuse.epochfs) in
  * MOUNTINFO, in its order (a mount under another on the same point
  * included), with the mount point and SOURCE unescaped. Returns how many,

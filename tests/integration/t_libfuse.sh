@@ -15,7 +15,8 @@
 #     has the mounts that use it);
 #   - as nobody, with a mount point it owns: the mount is made through the
 #     system's setuid fusermount3 (whatever its release), passthrough is off
-#     for want of CAP_SYS_ADMIN, the bytes are SOURCE's, fusermount3 -u by
+#     for want of CAP_SYS_ADMIN, the readahead window stays the kernel's
+#     (sysfs is root's; one line says so), the bytes are SOURCE's, fusermount3 -u by
 #     nobody ends it; mounted again, SIGTERM ends it (the daemon unmounts
 #     through fusermount3 itself); the daemon said nothing unexpected. Where
 #     /dev/fuse is closed to other users (mode 0600 in some containers), a
@@ -119,6 +120,11 @@ case $pt in
 *) fail "passthrough for a daemon run by nobody: $pt" ;;
 esac
 as_nobody diff -r -q "$N/src" "$N/m" >/dev/null || fail "bytes through nobody's mount differ"
+# sysfs is root's: the readahead window stays the kernel's, said in one line.
+ra=$(as_nobody python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["readahead_bytes"])' "$N/m/.epochfs/stats.json")
+[ "$ra" = 0 ] || fail "nobody's daemon reports readahead_bytes $ra"
+grep -q -- "--readahead: cannot set /sys/class/bdi/.*read_ahead_kb to 1024 (Permission denied)" "$T/daemon.err" ||
+	fail "nobody's daemon did not say why the readahead window stays"
 as_nobody fusermount3 -u "$N/m" || fail "fusermount3 -u as nobody"
 rc=0
 wait "$EP_PID" || rc=$?
@@ -133,4 +139,5 @@ EP_PID=
 grep -q " $N/m " /proc/mounts && fail "nobody's daemon left its mount after SIGTERM"
 check_stderr
 ok "as nobody: mounted through fusermount3 $fmver with libfuse $lib; passthrough \"$pt\"; bytes right;" \
+	"the kernel's readahead window, said why;" \
 	"ended by fusermount3 -u, and by SIGTERM"

@@ -45,6 +45,42 @@ Test(path, mount_type_is_the_one_on_top)
 	unlink(file);
 }
 
+Test(path, mount_dev_is_the_one_on_top)
+{
+	char d[32];
+
+	write_mountinfo();
+	cr_expect_eq(path_mount_dev(file, "/mnt/data", d, sizeof(d)), 1);
+	cr_expect_str_eq(d, "0:40");
+	cr_expect_eq(path_mount_dev(file, "/mnt/two words", d, sizeof(d)), 1);
+	cr_expect_str_eq(d, "0:41");
+	cr_expect_eq(path_mount_dev(file, "/mnt/stack", d, sizeof(d)), 1);
+	cr_expect_str_eq(d, "0:43", "the mount on top, not the tmpfs under it");
+	cr_expect_eq(path_mount_dev(file, "/", d, sizeof(d)), 1);
+	cr_expect_str_eq(d, "8:1");
+	cr_expect_eq(path_mount_dev(file, "/mnt/data/sub", d, sizeof(d)), 0);
+	cr_expect_eq(path_mount_dev(file, "/mnt/data", d, 3), 0, "no room for the answer");
+	cr_expect_eq(path_mount_dev("/nonexistent/mountinfo", "/", d, sizeof(d)), -ENOENT);
+	unlink(file);
+}
+
+Test(path, mount_dev_refuses_a_malformed_device)
+{
+	int fd = mkstemp(file);
+	FILE *f = fdopen(fd, "w");
+	char d[32];
+
+	cr_assert(f);
+	fputs("40 22 0:40x / /mnt/a rw - fuse.epochfs /s rw\n"
+	      "41 22 ../x / /mnt/b rw - fuse.epochfs /s rw\n"
+	      "42 22 0:42\n",
+	      f);
+	fclose(f);
+	cr_expect_eq(path_mount_dev(file, "/mnt/a", d, sizeof(d)), 0);
+	cr_expect_eq(path_mount_dev(file, "/mnt/b", d, sizeof(d)), 0);
+	unlink(file);
+}
+
 Test(path, epochfs_origin_maps_through_the_mount)
 {
 	char out[256];

@@ -206,3 +206,148 @@ Test(storage, the_daemons_reads_leave_no_copy_in_sources_page_cache)
 	cr_expect_gt(resident_pages(p, sizeof(big)), 0);
 	free(buf);
 }
+
+/* A read with no buffer of the caller's: the bytes are copied out in DONE,
+ * the only time they are valid. */
+struct copy_out {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int done;
+	ssize_t res;
+	char *out;
+};
+
+static void copy_done(void *arg, ssize_t res, const void *buf)
+{
+	struct copy_out *c = arg;
+
+	pthread_mutex_lock(&c->lock);
+	if (res > 0)
+		memcpy(c->out, buf, (size_t)res);
+	c->res = res;
+	c->done = 1;
+	pthread_cond_signal(&c->cond);
+	pthread_mutex_unlock(&c->lock);
+}
+
+static ssize_t read_unkept(const char *rel, const struct index_version *v, off_t off, size_t len, char *out)
+{
+	struct copy_out c = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, out };
+
+	storage_read(st, rel, v, off, len, NULL, copy_done, &c);
+	pthread_mutex_lock(&c.lock);
+	while (!c.done)
+		pthread_cond_wait(&c.cond, &c.lock);
+	pthread_mutex_unlock(&c.lock);
+	return c.res;
+}
+
+Test(storage, reads_kept_nowhere_of_uncached_files_go_direct)
+{
+	enum { SIZE = 300001 };     /* not a multiple of any block */
+	static char data[SIZE];
+	char p[4200], *out = malloc(SIZE + 8192);
+	struct index_version v;
+	struct storage_stats s0, s1;
+	struct statfs sf;
+	int fd;
+
+	cr_assert_eq(statfs(dir, &sf), 0);
+	if (sf.f_type == TMPFS_MAGIC)
+		cr_skip_test("the test directory is on tmpfs: no device to read directly");
+	for (size_t i = 0; i < sizeof(data); i++)
+		data[i] = (char)(i * 13 + 5);
+	snprintf(p, sizeof(p), "%s/d/odd", dir);
+	fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	cr_assert_eq(write(fd, data, sizeof(data)), (ssize_t)sizeof(data));
+	fsync(fd);
+	cr_assert_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	close(fd);
+	version_now("d/odd", &v);
+	storage_set_drop_source_cache(st, 1);
+
+	/* Asked past the end, as the kernel's readahead asks: the bytes that
+	 * exist, none of the rounding's, and no page left in SOURCE's cache. */
+	storage_get_stats(st, &s0);
+	memset(out, 0x55, SIZE + 8192);
+	cr_expect_eq(read_unkept("d/odd", &v, 0, SIZE + 4096, out), SIZE);
+	cr_expect_arr_eq(out, data, SIZE);
+	cr_expect_eq((unsigned char)out[SIZE], 0x55, "bytes past the end were handed back");
+	storage_get_stats(st, &s1);
+	cr_expect_eq(s1.direct_reads, s0.direct_reads + 1, "an uncached read kept nowhere did not go direct");
+	cr_expect_eq(s1.reads, s0.reads + 1);
+	cr_expect_eq(s1.bytes, s0.bytes + SIZE);
+	cr_expect_eq(resident_pages(p, SIZE), 0, "the direct read left pages behind");
+
+	/* A middle piece, asked shorter than the file: exactly what was asked. */
+	cr_expect_eq(read_unkept("d/odd", &v, 8192, 5000, out), 5000);
+	cr_expect_arr_eq(out, data + 8192, 5000);
+	storage_get_stats(st, &s0);
+	cr_expect_eq(s0.direct_reads, s1.direct_reads + 1);
+
+	/* Not aligned: the buffered path. */
+	cr_expect_eq(read_unkept("d/odd", &v, 100, 1000, out), 1000);
+	cr_expect_arr_eq(out, data + 100, 1000);
+	storage_get_stats(st, &s1);
+	cr_expect_eq(s1.direct_reads, s0.direct_reads, "an unaligned read went direct");
+
+	/* Cached (someone else read it: a file no uncached read touched, whose
+	 * pages stay): inline, from the page cache. */
+	{
+		char w[4200];
+		struct index_version wv;
+		snprintf(w, sizeof(w), "%s/d/warm", dir);
+		fd = open(w, O_RDWR | O_CREAT | O_TRUNC, 0644);
+		cr_assert_eq(write(fd, data, sizeof(data)), (ssize_t)sizeof(data));
+		cr_assert_eq(pread(fd, out, SIZE, 0), SIZE);
+		close(fd);
+		cr_assert_eq(resident_pages(w, SIZE), (SIZE + 4095) / 4096);
+		version_now("d/warm", &wv);
+		storage_get_stats(st, &s0);
+		cr_expect_eq(read_unkept("d/warm", &wv, 0, SIZE, out), SIZE);
+		cr_expect_arr_eq(out, data, SIZE);
+		storage_get_stats(st, &s1);
+		cr_expect_eq(s1.direct_reads, s0.direct_reads, "a cached file was read direct");
+		cr_expect_eq(s1.inline_reads, s0.inline_reads + 1);
+	}
+
+	/* Keeping SOURCE's cache (tools, --keep-source-cache): never direct. */
+	fd = open(p, O_RDONLY);
+	cr_assert_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	close(fd);
+	storage_set_drop_source_cache(st, 0);
+	storage_get_stats(st, &s0);
+	cr_expect_eq(read_unkept("d/odd", &v, 0, SIZE, out), SIZE);
+	storage_get_stats(st, &s1);
+	cr_expect_eq(s1.direct_reads, s0.direct_reads);
+	free(out);
+}
+
+Test(storage, a_direct_read_of_a_changed_file_is_stale)
+{
+	enum { SIZE = 65536 };
+	static char data[SIZE];
+	char p[4200], *out = malloc(SIZE);
+	struct index_version v;
+	struct storage_stats s;
+	int fd;
+
+	memset(data, 'a', sizeof(data));
+	snprintf(p, sizeof(p), "%s/d/chg", dir);
+	fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	cr_assert_eq(write(fd, data, sizeof(data)), (ssize_t)sizeof(data));
+	fsync(fd);
+	close(fd);
+	version_now("d/chg", &v);
+	/* Grown since the scan: the version differs, the read is refused. */
+	fd = open(p, O_WRONLY | O_APPEND);
+	cr_assert_eq(write(fd, "more", 4), 4);
+	fsync(fd);
+	cr_assert_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	close(fd);
+	storage_set_drop_source_cache(st, 1);
+	cr_expect_eq(read_unkept("d/chg", &v, 0, SIZE, out), -ESTALE);
+	storage_get_stats(st, &s);
+	cr_expect_eq(s.stale, 1);
+	free(out);
+}
