@@ -107,8 +107,9 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	}
 	conn->time_gran = 1;
 	/* The kernel keeps the smaller of its bdi's window (ops_session.c
-	 * raised it) and this. */
-	if (s->cfg.readahead)
+	 * raised it) and this; a window the bdi did not take stays the
+	 * kernel's, rather than be lowered here alone. */
+	if (s->readahead_set)
 		conn->max_readahead = (unsigned)s->cfg.readahead;
 	/* Reads the daemon parks (a .prep/ batch not made yet, a load in
 	 * flight) hold background requests (async direct I/O, readahead),

@@ -47,6 +47,7 @@ struct ops_session {
 	struct core *c;
 	int log_fd;
 	int no_opendir;             /* kernel can skip OPENDIR */
+	int readahead_set;          /* the bdi took --readahead's window (INIT says it too) */
 	struct notifier nt;
 };
 

@@ -321,8 +321,9 @@ static void set_readahead(struct ops_session *s, struct core *c, const char *abs
 	snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", dev);
 	n = snprintf(val, sizeof(val), "%llu\n", kb);
 	fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+	errno = 0;
 	if (fd < 0)
-		err = errno;
+		err = errno ? errno : EIO;
 	else if (write(fd, val, (size_t)n) != n)
 		err = errno ? errno : EIO;
 	if (fd >= 0)
@@ -333,6 +334,7 @@ static void set_readahead(struct ops_session *s, struct core *c, const char *abs
 			 strerror(err));
 		return;
 	}
+	s->readahead_set = 1;
 	core_set_readahead(c, (uint64_t)kb << 10);
 }
 
@@ -340,7 +342,7 @@ int ops_session_run(struct ops_session *s, struct core *c)
 {
 	/* Resolved before the mount: afterwards the last component is the
 	 * mount's own root, and looking at it waits for the loop. */
-	char *abs = realpath(s->cfg.mountpoint, NULL);
+	char *abs = s->cfg.readahead ? realpath(s->cfg.mountpoint, NULL) : NULL;
 	struct fuse_loop_config *lc;
 	int ret;
 

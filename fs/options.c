@@ -102,9 +102,9 @@ void options_usage(void *fp, const char *prog)
 		"                       microseconds (100-100000; default %u): a short one\n"
 		"                       answers a read at once when the job keeps every core\n"
 		"                       busy (Linux 6.12+; 0: the kernel's default)\n"
-		"      --readahead SIZE the kernel's readahead window on the mount (default\n"
-		"                       1M, so one request reads an image whole; 4K-16M, or\n"
-		"                       0 for the kernel's 128K; needs root: /sys/class/bdi)\n"
+		"      --readahead SIZE the kernel's readahead window on the mount, 4K-16M in\n"
+		"                       4K steps (1M: one request reads an image whole; needs\n"
+		"                       root); default 0, the kernel's 128K\n"
 		"      --timeout SEC    longest a change to SOURCE can go unseen: names,\n"
 		"                       attributes and cached bytes are re-checked after SEC\n"
 		"                       (default %g where inotify sees every change, else %g)\n"
@@ -502,10 +502,10 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 				     "or 0 for the kernel's default", optarg);
 			break;
 		case OPT_READAHEAD:
-			if (options_parse_size(optarg, 0, &o->readahead) ||
+			if (options_parse_size(optarg, 0, &o->readahead) || o->readahead % 4096 ||
 			    (o->readahead && (o->readahead < 4096 || o->readahead > (16u << 20))))
-				FAIL("--readahead %s: expected a size from 4K to 16M, or 0 for the "
-				     "kernel's default", optarg);
+				FAIL("--readahead %s: expected a multiple of 4K from 4K to 16M, or 0 "
+				     "for the kernel's default", optarg);
 			break;
 		case OPT_SCAN_THREADS:
 			if (options_parse_uint(optarg, 1, 1024, &o->scan_threads))

@@ -75,10 +75,10 @@ struct options {
  * "The request threads' time slice") measured 1.05x native with it and
  * 1.12x with this machine's default 1.4 ms. */
 #define OPTIONS_DEFAULT_REQUEST_SLICE_US 100u
-/* One request per image: 1.31 READs a file at the kernel's 128K (30% of
- * ImageNet-like JPEGs are larger), 1.00 at 1M, the most one FUSE request
- * carries (docs/design.md, "Kernel-cache decisions"). */
-#define OPTIONS_DEFAULT_READAHEAD (1ull << 20)
+/* The kernel's own window (0): 1M makes an image one READ instead of 1.31
+ * and cuts the daemon's CPU, but epochfs-run at 25 MB/s ran slower with it
+ * (docs/design.md, "Kernel-cache decisions"). */
+#define OPTIONS_DEFAULT_READAHEAD 0ull
 #define OPTIONS_DEFAULT_SCRUB_RATE (32ull << 20)
 #define OPTIONS_DEFAULT_PREFAULT UINT64_MAX   /* the whole budget the data can fill */
 #define OPTIONS_DEFAULT_PREP_TIMEOUT 120u

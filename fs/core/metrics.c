@@ -109,8 +109,6 @@ int core_samples(struct core *c, struct sample *out, int max)
 	COUNTER("storage_reads", "Reads the daemon issued to SOURCE", ss.reads);
 	COUNTER("storage_errors", "Reads of SOURCE that failed", ss.errors);
 	COUNTER("storage_inline_reads", "Reads of SOURCE served at once from its page cache", ss.inline_reads);
-	COUNTER("storage_direct_reads", "Reads of SOURCE done with O_DIRECT: misses kept nowhere, of "
-		"files not in its page cache", ss.direct_reads);
 	struct cache_stats cs = { 0 };
 	if (c->cache)
 		cache_get_stats(c->cache, &cs);

@@ -189,7 +189,8 @@ int path_mount_dev(const char *mountinfo, const char *p, char *dev, size_t len)
 			continue;
 		/* The last listed is on top; a device that is not two numbers
 		 * is not taken for one. */
-		found = sscanf(e.dev, "%u:%u%c", &maj, &min, &end) == 2 &&
+		found = e.dev[0] >= '0' && e.dev[0] <= '9' && strspn(e.dev, "0123456789:") == strlen(e.dev) &&
+			sscanf(e.dev, "%u:%u%c", &maj, &min, &end) == 2 &&
 			snprintf(dev, len, "%u:%u", maj, min) < (int)len;
 	}
 	free(line);

@@ -13,15 +13,6 @@
  * read that would wait for the device goes to the ring. Measured: 7.5k
  * files/s before, see docs/design.md for after.
  *
- * Direct path: a read that keeps nothing (no caller's buffer: a miss once
- * the RAM cache is full, a peer's) of a file SOURCE's page cache does not
- * hold (cachestat, Linux 6.5) is read with O_DIRECT into a page-aligned
- * buffer of its own, when the daemon drops SOURCE's pages anyway: the
- * device writes the buffer, with no page cache pages to allocate, copy out
- * of and drop again (about 14% of the daemon's CPU at a D/2 cache,
- * docs/design.md). A file system that refuses O_DIRECT turns it off for
- * the mount, once.
- *
  * Reads of cached data never reach this file: the kernel page cache above the
  * mount (and the daemon's RAM cache, later) answer first. So the extra fstat
  * per read that the version check costs is paid only on the storage path,
@@ -33,7 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -50,8 +40,6 @@ struct sreq {
 	struct uring_req u;         /* first: the ring hands it back */
 	struct storage *st;
 	int own_buf;
-	int direct;                 /* O_DIRECT: u.len is rounded up, WANT is what was asked */
-	size_t want;
 	int has_expect;
 	struct index_version expect;
 	storage_done_fn done;
@@ -64,38 +52,11 @@ struct storage {
 	struct storage_stats stats; /* atomics */
 	int drop_source_cache;      /* atomic */
 	int dontcache_ok;           /* atomic: SOURCE's file system takes RWF_DONTCACHE */
-	int direct_ok;              /* atomic: cachestat and O_DIRECT work on SOURCE */
 };
 
 #ifndef RWF_DONTCACHE
 #define RWF_DONTCACHE 0x00000080    /* Linux 6.14: uncached buffered read */
 #endif
-
-#ifndef __NR_cachestat
-#define __NR_cachestat 451          /* Linux 6.5, the same number on every architecture */
-#endif
-#define DIRECT_ALIGN 4096           /* offset, length and buffer: any device's block */
-
-struct cs_range {
-	uint64_t off, len;
-};
-
-struct cs_stat {
-	uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
-};
-
-/* Whether SOURCE's page cache holds all of [OFF, OFF + LEN) of FD: 1 or 0,
- * or -errno (-ENOSYS before Linux 6.5). Starts no I/O. */
-static int source_cached(int fd, off_t off, size_t len)
-{
-	struct cs_range r = { (uint64_t)off, len };
-	struct cs_stat cs;
-	uint64_t pages = ((uint64_t)off + len + 4095) / 4096 - (uint64_t)off / 4096;
-
-	if (syscall(__NR_cachestat, fd, &r, &cs, 0) < 0)
-		return -errno;
-	return cs.nr_cache >= pages;
-}
 
 static int check_version(int fd, const struct index_version *expect)
 {
@@ -145,21 +106,6 @@ static int ring_done(struct uring_req *u, ssize_t res)
 	struct storage *st = r->st;
 	int dontcache = (u->rw_flags & RWF_DONTCACHE) != 0;
 
-	if (r->direct && res == -EINVAL) {
-		/* Alignment or O_DIRECT refused after all: buffered, from
-		 * where it stopped, and no direct reads on this mount again. */
-		if (__atomic_exchange_n(&st->direct_ok, 0, __ATOMIC_RELAXED))
-			log_info("SOURCE refused an O_DIRECT read (EINVAL); its files are read "
-				 "through its page cache from now on");
-		if (fcntl(u->fd, F_SETFL, 0) == 0) {
-			r->direct = 0;
-			u->len = r->want;
-			u->min = 0;
-			return 1;
-		}
-	}
-	if (r->direct && res > (ssize_t)r->want)
-		res = (ssize_t)r->want;     /* the rounding's bytes past what was asked */
 	if (res == -EOPNOTSUPP && dontcache) {
 		/* SOURCE's file system has no uncached reads: fall back to
 		 * fadvise from now on, and read this one again. */
@@ -167,11 +113,7 @@ static int ring_done(struct uring_req *u, ssize_t res)
 		u->rw_flags = 0;
 		return 1;
 	}
-	if (r->direct)
-		__atomic_add_fetch(&st->stats.direct_reads, 1, __ATOMIC_RELAXED);
-	/* A direct read left no pages: nothing to drop. */
-	res = conclude(st, u->fd, u->off, r->has_expect ? &r->expect : NULL, res,
-		       dontcache || r->direct);
+	res = conclude(st, u->fd, u->off, r->has_expect ? &r->expect : NULL, res, dontcache);
 	r->done(r->arg, res, u->buf);
 	if (r->own_buf)
 		free(u->buf);
@@ -189,7 +131,6 @@ int storage_new(int rootfd, unsigned depth, struct storage **out)
 		return -ENOMEM;
 	st->rootfd = rootfd;
 	st->dontcache_ok = 1;
-	st->direct_ok = 1;
 	if ((err = uring_new(depth ? depth : 256, &st->ring)) < 0) {
 		free(st);
 		return err;
@@ -207,55 +148,6 @@ void storage_free(struct storage *st)
 }
 
 static void *inline_buf(size_t len);
-
-/* The direct path (see the top): 1 when the read was queued (DONE will
- * run), 0 when the caller should read as before (the file is cached, or
- * cachestat or O_DIRECT cannot be had: then never again on this mount). */
-static int direct_read(struct storage *st, int fd, const struct index_version *expect, off_t off,
-		       size_t len, storage_done_fn done, void *arg)
-{
-	size_t want = len, alen;
-	struct sreq *r;
-	void *buf;
-	int c;
-
-	/* What exists of the range: a request may ask past the end. */
-	if ((uint64_t)off + want > expect->size)
-		want = (size_t)(expect->size - (uint64_t)off);
-	c = source_cached(fd, off, want);
-	if (c != 0) {
-		if (c < 0)
-			__atomic_store_n(&st->direct_ok, 0, __ATOMIC_RELAXED);
-		return 0;
-	}
-	if (fcntl(fd, F_SETFL, O_DIRECT) < 0) {
-		if (__atomic_exchange_n(&st->direct_ok, 0, __ATOMIC_RELAXED))
-			log_info("SOURCE's file system takes no O_DIRECT (%s); its files are read "
-				 "through its page cache", strerror(errno));
-		return 0;
-	}
-	alen = (want + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
-	r = calloc(1, sizeof(*r));
-	buf = r ? aligned_alloc(DIRECT_ALIGN, alen) : NULL;
-	if (!buf) {
-		free(r);
-		close(fd);
-		done(arg, -ENOMEM, NULL);
-		return 1;
-	}
-	r->u = (struct uring_req){ .fd = fd, .buf = buf, .len = alen, .min = want, .off = off,
-				   .done = ring_done };
-	r->st = st;
-	r->own_buf = 1;
-	r->direct = 1;
-	r->want = want;
-	r->done = done;
-	r->arg = arg;
-	r->expect = *expect;
-	r->has_expect = 1;
-	uring_read(st->ring, &r->u);
-	return 1;
-}
 
 int storage_open_version(struct storage *st, const char *rel, const struct index_version *expect)
 {
@@ -292,17 +184,13 @@ void storage_read(struct storage *st, const char *rel, const struct index_versio
 		done(arg, fd, buf);
 		return;
 	}
-	dontcache = __atomic_load_n(&st->drop_source_cache, __ATOMIC_RELAXED) &&
-		    __atomic_load_n(&st->dontcache_ok, __ATOMIC_RELAXED);
-	if (!buf && expect && (uint64_t)off < expect->size && off % DIRECT_ALIGN == 0 &&
-	    __atomic_load_n(&st->drop_source_cache, __ATOMIC_RELAXED) &&
-	    __atomic_load_n(&st->direct_ok, __ATOMIC_RELAXED) && direct_read(st, fd, expect, off, len, done, arg))
-		return;
 	/* Fast path: data already in the backing page cache is copied right
 	 * here (RWF_NOWAIT never blocks), sparing two thread hops and a ring
 	 * round trip. Anything that would wait goes to the ring. Pages found
 	 * here were cached by someone else when uncached reads work: they are
 	 * left alone. */
+	dontcache = __atomic_load_n(&st->drop_source_cache, __ATOMIC_RELAXED) &&
+		    __atomic_load_n(&st->dontcache_ok, __ATOMIC_RELAXED);
 	{
 		void *b = buf ? buf : inline_buf(len);
 		struct iovec iov = { b, len };
@@ -394,7 +282,6 @@ void storage_get_stats(struct storage *st, struct storage_stats *s)
 	s->stale = __atomic_load_n(&st->stats.stale, __ATOMIC_RELAXED);
 	s->errors = __atomic_load_n(&st->stats.errors, __ATOMIC_RELAXED);
 	s->inline_reads = __atomic_load_n(&st->stats.inline_reads, __ATOMIC_RELAXED);
-	s->direct_reads = __atomic_load_n(&st->stats.direct_reads, __ATOMIC_RELAXED);
 }
 
 void storage_source_read(void *ctx, struct source_item *it, off_t off, size_t len, void *buf,

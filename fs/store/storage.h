@@ -3,9 +3,7 @@
  * The FUSE threads only queue work here: storage_read() opens the file
  * (confined below SOURCE), copies the data at once if the backing page cache
  * holds it (a non-blocking preadv2), else queues the read on a shared ring
- * and returns; a read that keeps nothing, of a file SOURCE's page cache does
- * not hold, goes to the ring with O_DIRECT when the daemon drops SOURCE's
- * pages anyway. One completion thread reaps the ring, finishes short reads, checks the
+ * and returns. One completion thread reaps the ring, finishes short reads, checks the
  * file is still the version the caller expected, closes it and calls the
  * caller's done() callback. So a handful of FUSE threads keep many reads in
  * flight, and no FUSE thread ever sleeps in a blocking pread.
@@ -41,7 +39,6 @@ struct storage_stats {
 	uint64_t stale;         /* reads refused because the file changed */
 	uint64_t errors;        /* other failures */
 	uint64_t inline_reads;  /* of reads, served inline from the page cache */
-	uint64_t direct_reads;  /* of reads, O_DIRECT into a buffer of storage's (the direct path) */
 };
 
 /* DEPTH is the ring size (in-flight reads); 0 picks a default. ROOTFD is

@@ -15,7 +15,7 @@
 #     has the mounts that use it);
 #   - as nobody, with a mount point it owns: the mount is made through the
 #     system's setuid fusermount3 (whatever its release), passthrough is off
-#     for want of CAP_SYS_ADMIN, the readahead window stays the kernel's
+#     for want of CAP_SYS_ADMIN, --readahead 1M leaves the kernel's window
 #     (sysfs is root's; one line says so), the bytes are SOURCE's, fusermount3 -u by
 #     nobody ends it; mounted again, SIGTERM ends it (the daemon unmounts
 #     through fusermount3 itself); the daemon said nothing unexpected. Where
@@ -106,7 +106,7 @@ mkdir -p "$N/m" && cp "$EPOCHFS" "$N/epochfs" && cp -r "$T/src" "$N/src" && chow
 as_nobody() { runuser -u nobody -- "$@"; }
 # The daemon itself as nobody (setpriv execs it: $! is the daemon).
 start_nobody() {
-	setpriv --reuid=nobody --regid="$(id -g nobody)" --clear-groups "$N/epochfs" -f --no-persist \
+	setpriv --reuid=nobody --regid="$(id -g nobody)" --clear-groups "$N/epochfs" -f --no-persist --readahead 1M \
 		"$N/src" "$N/m" 2>>"$T/daemon.err" &
 	EP_PID=$!
 	EP_MNT=$N/m
@@ -123,7 +123,7 @@ as_nobody diff -r -q "$N/src" "$N/m" >/dev/null || fail "bytes through nobody's 
 # sysfs is root's: the readahead window stays the kernel's, said in one line.
 ra=$(as_nobody python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["readahead_bytes"])' "$N/m/.epochfs/stats.json")
 [ "$ra" = 0 ] || fail "nobody's daemon reports readahead_bytes $ra"
-grep -q -- "--readahead: cannot set /sys/class/bdi/.*read_ahead_kb to 1024 (Permission denied)" "$T/daemon.err" ||
+grep -q -- "--readahead: cannot set /sys/class/bdi/.*read_ahead_kb to 1024 (.*); the kernel's window stays" "$T/daemon.err" ||
 	fail "nobody's daemon did not say why the readahead window stays"
 as_nobody fusermount3 -u "$N/m" || fail "fusermount3 -u as nobody"
 rc=0

@@ -73,11 +73,15 @@ Test(path, mount_dev_refuses_a_malformed_device)
 	cr_assert(f);
 	fputs("40 22 0:40x / /mnt/a rw - fuse.epochfs /s rw\n"
 	      "41 22 ../x / /mnt/b rw - fuse.epochfs /s rw\n"
-	      "42 22 0:42\n",
+	      "42 22 0:42\n"
+	      "43 22 -1:2 / /mnt/c rw - fuse.epochfs /s rw\n"
+	      "44 22 1:+2 / /mnt/d rw - fuse.epochfs /s rw\n",
 	      f);
 	fclose(f);
 	cr_expect_eq(path_mount_dev(file, "/mnt/a", d, sizeof(d)), 0);
 	cr_expect_eq(path_mount_dev(file, "/mnt/b", d, sizeof(d)), 0);
+	cr_expect_eq(path_mount_dev(file, "/mnt/c", d, sizeof(d)), 0);
+	cr_expect_eq(path_mount_dev(file, "/mnt/d", d, sizeof(d)), 0);
 	unlink(file);
 }
 
