@@ -150,7 +150,11 @@ int path_epochfs_origin(const char *mountinfo, const char *p, char *out, size_t 
 	return 1;
 }
 
-int path_mount_type(const char *mountinfo, const char *p, char *type, size_t len)
+/* The entry of the mount on top at P (the last listed there): its type
+ * into TYPE and its device into DEV, each if not NULL. 1, 0 when P is not
+ * a mount point, or -errno. */
+static int top_mount(const char *mountinfo, const char *p, char *type, size_t tlen, char *dev,
+		     size_t dlen)
 {
 	FILE *f = fopen(mountinfo, "re");
 	char *line = NULL;
@@ -163,8 +167,10 @@ int path_mount_type(const char *mountinfo, const char *p, char *type, size_t len
 	while (next_mount(f, &line, &cap, &e)) {
 		if (strcmp(e.mnt, p))
 			continue;
-		/* Of several mounts on one point, the last listed is on top. */
-		snprintf(type, len, "%s", e.type);
+		if (type)
+			snprintf(type, tlen, "%s", e.type);
+		if (dev)
+			snprintf(dev, dlen, "%s", e.dev);
 		found = 1;
 	}
 	free(line);
@@ -172,30 +178,24 @@ int path_mount_type(const char *mountinfo, const char *p, char *type, size_t len
 	return found;
 }
 
+int path_mount_type(const char *mountinfo, const char *p, char *type, size_t len)
+{
+	return top_mount(mountinfo, p, type, len, NULL, 0);
+}
+
 int path_mount_dev(const char *mountinfo, const char *p, char *dev, size_t len)
 {
-	FILE *f = fopen(mountinfo, "re");
-	char *line = NULL;
-	size_t cap = 0;
-	struct mount_entry e;
-	int found = 0;
+	char raw[64];
+	unsigned maj, min;
+	char end;
+	int found = top_mount(mountinfo, p, NULL, 0, raw, sizeof(raw));
 
-	if (!f)
-		return -errno;
-	while (next_mount(f, &line, &cap, &e)) {
-		unsigned maj, min;
-		char end;
-		if (strcmp(e.mnt, p))
-			continue;
-		/* The last listed is on top; a device that is not two numbers
-		 * is not taken for one. */
-		found = e.dev[0] >= '0' && e.dev[0] <= '9' && strspn(e.dev, "0123456789:") == strlen(e.dev) &&
-			sscanf(e.dev, "%u:%u%c", &maj, &min, &end) == 2 &&
-			snprintf(dev, len, "%u:%u", maj, min) < (int)len;
-	}
-	free(line);
-	fclose(f);
-	return found;
+	if (found <= 0)
+		return found;
+	/* A device that is not two numbers is not taken for one. */
+	return raw[0] >= '0' && raw[0] <= '9' && strspn(raw, "0123456789:") == strlen(raw) &&
+	       sscanf(raw, "%u:%u%c", &maj, &min, &end) == 2 &&
+	       snprintf(dev, len, "%u:%u", maj, min) < (int)len;
 }
 
 int path_epochfs_mounts(const char *mountinfo, path_mount_fn fn, void *arg)
