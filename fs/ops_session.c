@@ -321,11 +321,13 @@ static void set_readahead(struct ops_session *s, struct core *c, const char *abs
 	snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", dev);
 	n = snprintf(val, sizeof(val), "%llu\n", kb);
 	fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
-	errno = 0;
-	if (fd < 0)
-		err = errno ? errno : EIO;
-	else if (write(fd, val, (size_t)n) != n)
-		err = errno ? errno : EIO;
+	if (fd < 0) {
+		err = errno;
+	} else {
+		errno = 0;              /* a short write sets none */
+		if (write(fd, val, (size_t)n) != n)
+			err = errno ? errno : EIO;
+	}
 	if (fd >= 0)
 		close(fd);
 	if (err) {
