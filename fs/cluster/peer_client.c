@@ -76,10 +76,18 @@ static void free_req(struct preq *r)
 	free(r);
 }
 
-/* Answers R's caller with RES (bytes in R's buffer, or -errno) and frees
- * R. No connection locked. */
-static void finish(struct preq *r, ssize_t res)
+/* Counts LEN bytes meant for a peer that storage will give instead. */
+static void fell_back(struct peer *p, size_t len)
 {
+	stats_add(core_stats(p->c), STAT_PEER_FALLBACK_BYTES, len);
+}
+
+/* Answers R's caller with RES (bytes in R's buffer, or -errno: -EAGAIN
+ * sends the read on to storage) and frees R. No connection locked. */
+static void finish(struct peer *p, struct preq *r, ssize_t res)
+{
+	if (res == -EAGAIN)
+		fell_back(p, r->req_len);
 	if (res > 0 && (r->off != r->req_off || r->want != r->req_len)) {
 		/* A whole item fetched for a part of it: the part. */
 		size_t skip = (size_t)(r->req_off - r->off), n = (size_t)res > skip ? (size_t)res - skip : 0;
@@ -94,11 +102,11 @@ static void finish(struct preq *r, ssize_t res)
 	free_req(r);
 }
 
-static void finish_all(struct preq *list, ssize_t res)
+static void finish_all(struct peer *p, struct preq *list, ssize_t res)
 {
 	while (list) {
 		struct preq *next = list->next;
-		finish(list, res);
+		finish(p, list, res);
 		list = next;
 	}
 }
@@ -143,7 +151,7 @@ static void client_down(struct conn *k, const char *why, int goodbye)
 			log_warn("peer %s: %s; its items are read from storage%s, retry in %.1f s",
 				 p->cl.nodes[k->rank].id, why, was_up ? " from now on" : "", k->backoff);
 	}
-	finish_all(list, -EAGAIN);
+	finish_all(p, list, -EAGAIN);
 }
 
 static void client_fail(struct conn *k, const char *why)
@@ -206,6 +214,7 @@ static void ask(struct peer *p, struct source_item *it, off_t off, size_t len, v
 	if (!r || !frame) {
 		free(r);
 		free(frame);
+		fell_back(p, len);
 		done(arg, -EAGAIN, NULL);
 		return;
 	}
@@ -231,6 +240,7 @@ static void ask(struct peer *p, struct source_item *it, off_t off, size_t len, v
 	pthread_mutex_lock(&k->lock);
 	if ((k->state == PS_DOWN && t < k->retry_at) || k->npending >= MAX_PENDING) {
 		pthread_mutex_unlock(&k->lock);
+		fell_back(p, len);
 		free_req(r);
 		free(frame);
 		done(arg, -EAGAIN, NULL);
@@ -518,7 +528,7 @@ static int on_client_frame(void *arg, const struct proto_frame *f)
 		}
 		/* A refusal (the file is another version there, gone, ...) is
 		 * no fault: storage gives the definite answer. */
-		finish(r, e.status >= 0 ? e.status : -EAGAIN);
+		finish(p, r, e.status >= 0 ? e.status : -EAGAIN);
 		return 0;
 	}
 	case PROTO_ERROR: {
@@ -562,7 +572,7 @@ void pc_event(struct peer *p, struct conn *k, uint32_t ev)
 			snprintf(copy, sizeof(copy), "%s", why);    /* x.why may be the frame's text */
 			client_down(k, x.lie ? NULL : copy, r == -ESHUTDOWN);
 			if (x.done)
-				finish(x.done, x.res);
+				finish(p, x.done, x.res);
 			return;
 		}
 	}
@@ -602,7 +612,7 @@ void pc_close(struct conn *k)
 {
 	if (k->fd >= 0)
 		close(k->fd);
-	finish_all(k->pending, -EAGAIN);
+	finish_all(k->p, k->pending, -EAGAIN);
 	peer_obuf_drop_all(k, &k->out, &k->out_tail);
 	peer_obuf_drop_all(k, &k->held, &k->held_tail);
 	pthread_mutex_destroy(&k->lock);

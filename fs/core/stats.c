@@ -23,6 +23,7 @@ static const struct {
 	[STAT_PEER_SERVED_BYTES] = { "peer_served_bytes", "Bytes sent to peer nodes" },
 	[STAT_PEER_ERRORS] = { "peer_errors", "Peer faults: refused, timed out, broken or lying; each read fell back to storage" },
 	[STAT_PEER_LIES] = { "peer_lies", "Peer replies whose bytes did not match the manifest (read from storage instead)" },
+	[STAT_PEER_FALLBACK_BYTES] = { "peer_fallback_bytes", "Bytes meant for another node that were read from storage instead: that node down or backing off after a fault, too busy, timed out, refusing, or lying" },
 	[STAT_MANIFEST_MISMATCHES] = { "manifest_mismatches", "Storage loads whose bytes did not match the manifest (served, never cached)" },
 	[STAT_COPIES_DROPPED] = { "page_cache_drops", "Files whose copy in the kernel's page cache was dropped once read (memory too tight to keep the dataset there)" },
 	[STAT_OPENS] = { "opens", "Opens answered by the daemon (with kernel passthrough, or --open)" },

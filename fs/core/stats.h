@@ -25,6 +25,7 @@ enum stat_id {
 	STAT_PEER_SERVED_BYTES, /* bytes sent to peers */
 	STAT_PEER_ERRORS,       /* peer faults: refused, timed out, broken, lying */
 	STAT_PEER_LIES,         /* peer replies that did not match the manifest */
+	STAT_PEER_FALLBACK_BYTES, /* bytes asked of a peer that came from storage */
 	STAT_MANIFEST_MISMATCHES, /* storage loads that did not match the manifest */
 	STAT_COPIES_DROPPED,    /* files whose kernel copy was dropped once read (memory tight) */
 	STAT_OPENS,             /* opens answered by the daemon (it answers OPEN) */

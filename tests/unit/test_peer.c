@@ -264,6 +264,7 @@ static void read_parts(unsigned i)
 #define PEER_READ(i) sample(i, "peer_read_bytes")
 #define PEER_ERRORS(i) sample(i, "peer_errors")
 #define PEER_LIES(i) sample(i, "peer_lies")
+#define FELL_BACK(i) sample(i, "peer_fallback_bytes")
 
 /* ---- the tests ------------------------------------------------------- */
 
@@ -287,7 +288,7 @@ Test(peer, items_of_other_nodes_come_from_them)
 	cr_expect_eq(STORAGE(0) + STORAGE(1) + STORAGE(2), total, "an item loaded twice");
 	cr_expect_eq(sample(0, "peers_up"), 2);
 	for (unsigned i = 0; i < 3; i++)
-		cr_expect_eq(PEER_ERRORS(i), 0, "node %u counted faults", i);
+		cr_expect_eq(PEER_ERRORS(i) + FELL_BACK(i), 0, "node %u counted faults", i);
 	cr_expect(!logged("warning:") && !logged("error:"), "unexpected complaints (log below)");
 }
 
@@ -309,6 +310,7 @@ Test(peer, a_peer_that_shut_down_leaves_its_items_to_storage)
 	read_all(0, 1);
 	cr_expect_eq(STORAGE(0), mine + 2 * theirs);
 	cr_expect_eq(PEER_READ(0), fetched);
+	cr_expect_eq(FELL_BACK(0), 2 * theirs, "each read of node 1's items counted once");
 	cr_expect(logged("shut down; its items are read from storage"), "no goodbye seen");
 }
 
@@ -321,6 +323,8 @@ Test(peer, a_peer_that_never_came_up)
 	cr_expect_eq(STORAGE(0), total);
 	cr_expect_eq(PEER_READ(0), 0);
 	cr_expect(PEER_ERRORS(0) > 0, "a refused dial is a fault");
+	cr_expect(FELL_BACK(0) > 0 && FELL_BACK(0) < total, "node 1's share, not ours: %lu",
+		  (unsigned long)FELL_BACK(0));
 	cr_expect(logged("cannot connect"));
 }
 
