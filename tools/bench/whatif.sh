@@ -26,7 +26,8 @@
 # reports are kept there), WHATIF_REUSE (a directory kept before: its
 # measured rows are compared with new analyze runs, one per round, nothing
 # else is run again), and part 7's STALL_* (the dataset, the slack:
-# STALL_SLACK_MB, 48; issue 32's setup is 88). Needs what part 7 needs.
+# STALL_SLACK_MB, 88 as in issues 28 and 32; the figures of 2026-11-23
+# used 48). Needs what part 7 needs.
 # About 30 minutes a round with the defaults.
 set -eu
 cd "$(dirname "$0")/../.."
