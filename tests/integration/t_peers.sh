@@ -113,11 +113,16 @@ ok "spill: node 0 full at D/5, its overflow kept by the runners-up; epoch 1 read
 for r in 0 1 2; do stop_node "$r"; done
 
 # SSD tiers: each node's RAM holds an eighth of the data and its tier a
-# quarter; together they hold every node's share, so after epoch 0 the
+# third; together they hold every node's share, so after epoch 0 the
 # cluster reads nothing from storage, the tiers serving what RAM cannot.
+# (A quarter, 12.5% over a node's share, failed now and then in full
+# integration runs, epoch 1 reading one or two files from storage: the
+# three tiers and RAMs then held 278 items for 252 pieces, so epoch 0's
+# concurrent readers placed some twice, and the tier rounds each item up
+# to 4 KiB.)
 for r in 0 1 2; do
 	start_node "$r" -- --peers "$PEERS" --secret-file "$T/secret" --cache-size $((bytes / 8))B --no-persist \
-		--cache-dir "$T/tier$r" --cache-dir-size $((bytes / 4))B
+		--cache-dir "$T/tier$r" --cache-dir-size $((bytes / 3))B
 done
 epoch_all 80 "tiers, epoch 0"
 s0=$(total storage_read_bytes)
@@ -129,7 +134,7 @@ if [ "$s1" != "$s0" ]; then
 	fail "tiers: epoch 1 read $((s1 - s0)) bytes from storage"
 fi
 [ "$th" -gt 0 ] || fail "tiers: no tier hits"
-ok "tiers: RAM D/8 + tier D/4 a node; epoch 1 read 0 storage bytes, $th reads from $ti tier items"
+ok "tiers: RAM D/8 + tier D/3 a node; epoch 1 read 0 storage bytes, $th reads from $ti tier items"
 for r in 0 1 2; do stop_node "$r"; done
 
 # --cache-remote: spare budget keeps other nodes' items too, so node 0's

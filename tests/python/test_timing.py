@@ -170,9 +170,11 @@ class Timing(unittest.TestCase):
         self.assertEqual(w["steps"], steps)
         self.assertEqual(w["items"], ITEMS)
         # epoch 1's items took what __getitem__ measured; the wait holds it
-        # and little else (collation, the sampler).
+        # and little else (collation, the sampler: at most 5%, or 2 ms a
+        # step on a machine busy enough that those take longer).
         prep = sum(ds.took[ITEMS:2 * ITEMS])
-        self.assertLess(abs(w["wait"] - prep) / prep, 0.05, (w, prep))
+        self.assertGreater(w["wait"], 0.98 * prep, (w, prep))
+        self.assertLess(w["wait"] - prep, max(0.05 * prep, 0.002 * steps), (w, prep))
         body = sum(self.body[steps:2 * steps])
         self.assertLess(abs(w["compute"] - body) / body, 0.05, (w, body))
         self.assertGreater(w["compute"], steps * COMPUTE)
