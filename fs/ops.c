@@ -443,7 +443,7 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t p, const char *n, mode_t m)
 static void op_unlink(fuse_req_t req, fuse_ino_t p, const char *n)
 {
 	const struct fuse_ctx *x = fuse_req_ctx(req);
-	struct core_caller who = { .uid = x->uid, .gid = x->gid };
+	struct core_caller who = { .uid = x->uid, .gid = x->gid, .pid = (int)x->pid };
 
 	fuse_reply_err(req, -core_unlink(C(req), p, n, &who));
 }
@@ -490,7 +490,7 @@ static void op_create(fuse_req_t req, fuse_ino_t p, const char *n, mode_t m,
 		      struct fuse_file_info *fi)
 {
 	const struct fuse_ctx *x = fuse_req_ctx(req);
-	struct core_caller who = { .uid = x->uid, .gid = x->gid };
+	struct core_caller who = { .uid = x->uid, .gid = x->gid, .pid = (int)x->pid };
 	struct fuse_entry_param e;
 	struct core_attr a;
 	int err = core_create(C(req), p, n, &who, &a);

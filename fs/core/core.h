@@ -237,6 +237,7 @@ ssize_t core_write(struct core *c, uint64_t node, const void *buf, size_t len, o
  * own user. */
 struct core_caller {
 	uint32_t uid, gid;
+	int pid;                    /* the calling process (0: unknown) */
 };
 int core_create(struct core *c, uint64_t parent, const char *name, const struct core_caller *who,
 		struct core_attr *a);

@@ -103,6 +103,15 @@ void memory_step(struct memory_policy *p, const struct memory_in *in, struct mem
 		}
 		if (job > p->job_peak)
 			p->job_peak = job;
+		/* The worst case the jobs said: their memory without the
+		 * shared memory they hold now (batches in flight, mostly),
+		 * plus every batch their loaders may hold at once. */
+		if (in->job_batches) {
+			uint64_t shm = in->mem.shmem > in->mem.own_shmem ? in->mem.shmem - in->mem.own_shmem : 0;
+			uint64_t worst = job - (shm < job ? shm : job) + in->job_batches;
+			if (worst > p->job_peak)
+				p->job_peak = worst;
+		}
 		p->last_job = job;
 	}
 	p->started = 1;
@@ -334,13 +343,16 @@ static void tick(struct memory *p)
 		in.cache_need = c->cache_need;
 	}
 	if (c->staging) {
-		struct order_stats os;
 		struct staging_stats ss;
 		staging_get_stats(c->staging, &ss);
 		in.staging_used = ss.bytes;
 		in.staging_max = c->opts.prefetch_mem;
+	}
+	if (c->order) {
+		struct order_stats os;
 		order_get_stats(c->order, &os);
 		in.orders = os.streams > 0;
+		in.job_batches = os.job_batches;
 	}
 	memory_step(&p->pol, &in, &out);
 	uint64_t shrunk = 0;
@@ -435,6 +447,7 @@ static void tick(struct memory *p)
 	if (in.mem.own > p->st.own_max)
 		p->st.own_max = in.mem.own;
 	p->st.ceiling = out.ceiling;
+	p->st.job_batches = in.job_batches;
 	if (out.guard && given)
 		p->st.guard_gives++;
 	p->period = out.period;
@@ -456,6 +469,11 @@ static void *memory_main(void *arg)
 	}
 	pthread_mutex_unlock(&p->w.lock);
 	return NULL;
+}
+
+int memory_holds(struct memory *p, int pid)
+{
+	return memwatch_holds(p->mw, pid);
 }
 
 int memory_start(struct core *c, enum page_cache_mode mode, struct memory **out)

@@ -46,6 +46,14 @@
  *    first, then whole cache items), not a step every 2 s, without leaving
  *    its state; under it, the cache and staging grow only up to it. Within
  *    4 x RESERVE of it, the thread samples every MEMORY_FAST_S.
+ *    A job's worst case need not be seen to be counted: a loader under
+ *    epochfs-run says how many bytes of batches it may hold at once
+ *    (workers x prefetch_factor x a batch's bytes, a "#batches" line on
+ *    its order stream), and the job's peak is then at least its memory
+ *    without the shared memory it holds now plus that. Four workers'
+ *    eight batches of 38.5 MB all in flight at once came between two
+ *    samples and the OOM killer took the daemon (part 7, W = 4, 942 MiB,
+ *    1 run of 2).
  *
  * The policy is a pure function of samples (memory_step), so tests drive
  * it with made-up numbers; the thread only feeds it and carries out what
@@ -89,6 +97,8 @@ struct memory_in {
 	uint64_t staging_max;       /* --prefetch-mem (0: no prefetch) */
 	uint64_t staging_used;      /* bytes staged now */
 	int orders;                 /* a job sends its order (.epochfs/order/ streams) */
+	uint64_t job_batches;       /* 4: the most the jobs say their loaders may hold in
+				     * batches at once ("#batches" lines; 0: none said) */
 };
 
 /* What it decides. */
@@ -150,6 +160,7 @@ struct memory_stats {
 	uint64_t pauses;            /* times admission was paused */
 	uint64_t own, job_peak, ceiling; /* gauges, bytes: 4, the job's peak */
 	uint64_t job_max, own_max;  /* the most the job, and the daemon, were seen to use */
+	uint64_t job_batches;       /* gauge: 4, the batches the jobs said they may hold */
 	uint64_t guard_gives;       /* times the daemon gave back for being over its ceiling */
 };
 
@@ -159,5 +170,9 @@ struct memory_stats {
 int memory_start(struct core *c, enum page_cache_mode mode, struct memory **out);
 void memory_stop(struct memory *p);
 void memory_get_stats(struct memory *p, struct memory_stats *s);
+/* 1 if process PID's memory is in the cgroup P watches (memwatch_holds):
+ * what the process says of its memory (a loader's "#batches") then
+ * counts in the job's peak. Any thread. */
+int memory_holds(struct memory *p, int pid);
 
 #endif

@@ -208,6 +208,8 @@ int core_samples(struct core *c, struct sample *out, int max)
 	GAUGE("mem_own_bytes", "The daemon's own anonymous and shared memory", ms.own);
 	GAUGE("mem_job_peak_bytes", "The most the rest of its cgroup (the job) has used, decaying", ms.job_peak);
 	GAUGE("mem_job_max_bytes", "The most the rest of its cgroup was seen to use", ms.job_max);
+	GAUGE("mem_job_batches_bytes", "Bytes of batches the jobs' loaders said they may hold at once "
+	      "(counted in the job's peak)", ms.job_batches);
 	GAUGE("mem_own_max_bytes", "The most the daemon's own memory was seen to be", ms.own_max);
 	GAUGE("mem_ceiling_bytes", "What the daemon's own memory may reach: limit - job peak - margin",
 	      ms.ceiling);

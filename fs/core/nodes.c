@@ -142,7 +142,8 @@ ssize_t core_write(struct core *c, uint64_t node, const void *buf, size_t len, o
 
 static struct core_caller caller_of(const struct core_caller *who)
 {
-	return who ? *who : (struct core_caller){ .uid = (uint32_t)geteuid(), .gid = (uint32_t)getegid() };
+	return who ? *who : (struct core_caller){ .uid = (uint32_t)geteuid(), .gid = (uint32_t)getegid(),
+						  .pid = (int)getpid() };
 }
 
 int core_create(struct core *c, uint64_t parent, const char *name, const struct core_caller *who,

@@ -122,16 +122,14 @@ static uint64_t machine_total(const char *root)
 	return v > 0 ? (uint64_t)v : 0;
 }
 
-/* The cgroup path of the memory controller in /proc/self/cgroup: v1's
- * "N:...memory...:/path" line first, else v2's "0::/path". */
-static int find_cgroup(struct memwatch *m)
+/* The memory cgroup paths in a /proc/PID/cgroup text (TEXT, changed):
+ * v1's "N:...memory...:/path" line into V1, v2's "0::/path" into V2
+ * (PATH_BYTES each; "" where there is none). */
+static void cgroup_paths(char *text, char *v1, char *v2)
 {
-	char path[PATH_BYTES], text[8192], v2[PATH_BYTES] = "";
-
-	if (join(path, m->root, "/proc/self/cgroup", "") < 0 || slurp(path, text, sizeof(text)) < 0)
-		return -ENOENT;
 	char *save = NULL;
 
+	v1[0] = v2[0] = '\0';
 	for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
 		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
 		if (!c2)
@@ -139,26 +137,46 @@ static int find_cgroup(struct memwatch *m)
 		*c1 = *c2 = '\0';
 		const char *ctl = c1 + 1, *cg = c2 + 1;
 		if (!strcmp(line, "0") && !*ctl) {
-			snprintf(v2, sizeof(v2), "%s", cg);
+			snprintf(v2, PATH_BYTES, "%s", cg);
 			continue;
 		}
 		/* v1: the controller list is comma-separated. */
 		for (const char *p = ctl; *p;) {
 			size_t n = strcspn(p, ",");
-			if (n == 6 && !strncmp(p, "memory", 6)) {
-				if (join(m->dir, m->root, "/sys/fs/cgroup/memory", strcmp(cg, "/") ? cg : "") < 0)
-					return -ENAMETOOLONG;
-				join(path, m->dir, "/memory.limit_in_bytes", "");
-				if (access(path, R_OK) == 0) {
-					m->scope = MEM_CGROUP_V1;
-					return 0;
-				}
-			}
+			if (n == 6 && !strncmp(p, "memory", 6))
+				snprintf(v1, PATH_BYTES, "%s", cg);
 			p += n + (p[n] == ',');
 		}
 	}
+}
+
+/* The directory of cgroup path CG below ROOT in hierarchy SCOPE into OUT. */
+static int cgroup_dir(char *out, const char *root, enum mem_scope scope, const char *cg)
+{
+	return join(out, root, scope == MEM_CGROUP_V1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup",
+		    strcmp(cg, "/") ? cg : "");
+}
+
+/* The memory controller's cgroup in /proc/self/cgroup: v1's when its
+ * files are there, else v2's. */
+static int find_cgroup(struct memwatch *m)
+{
+	char path[PATH_BYTES], text[8192], v1[PATH_BYTES], v2[PATH_BYTES];
+
+	if (join(path, m->root, "/proc/self/cgroup", "") < 0 || slurp(path, text, sizeof(text)) < 0)
+		return -ENOENT;
+	cgroup_paths(text, v1, v2);
+	if (v1[0]) {
+		if (cgroup_dir(m->dir, m->root, MEM_CGROUP_V1, v1) < 0)
+			return -ENAMETOOLONG;
+		join(path, m->dir, "/memory.limit_in_bytes", "");
+		if (access(path, R_OK) == 0) {
+			m->scope = MEM_CGROUP_V1;
+			return 0;
+		}
+	}
 	if (v2[0]) {
-		if (join(m->dir, m->root, "/sys/fs/cgroup", strcmp(v2, "/") ? v2 : "") < 0)
+		if (cgroup_dir(m->dir, m->root, MEM_CGROUP_V2, v2) < 0)
 			return -ENAMETOOLONG;
 		join(path, m->dir, "/memory.current", "");
 		if (access(path, R_OK) == 0) {
@@ -170,6 +188,27 @@ static int find_cgroup(struct memwatch *m)
 		}
 	}
 	return -ENOENT;
+}
+
+int memwatch_holds(const struct memwatch *m, int pid)
+{
+	char path[PATH_BYTES], text[8192], v1[PATH_BYTES], v2[PATH_BYTES], dir[PATH_BYTES], num[24];
+
+	if (m->scope == MEM_SYSTEM)
+		return 1;           /* the machine holds every process */
+	if (pid <= 0)
+		return 0;
+	snprintf(num, sizeof(num), "/proc/%d", pid);
+	if (join(path, m->root, num, "/cgroup") < 0 || slurp(path, text, sizeof(text)) < 0)
+		return 0;
+	cgroup_paths(text, v1, v2);
+	const char *cg = m->scope == MEM_CGROUP_V1 ? v1 : v2;
+	if (!cg[0] || cgroup_dir(dir, m->root, m->scope, cg) < 0)
+		return 0;
+	/* Its cgroup, or one below it: the limit and the usage are the
+	 * hierarchy's. */
+	size_t n = strlen(m->dir);
+	return !strncmp(dir, m->dir, n) && (dir[n] == '\0' || dir[n] == '/');
 }
 
 static int sample_system(struct memwatch *m, struct mem_sample *s)
@@ -195,6 +234,7 @@ static int sample_system(struct memwatch *m, struct mem_sample *s)
 	*s = (struct mem_sample){ .scope = MEM_SYSTEM, .limit = (uint64_t)total,
 				  .pinned = total > avail ? (uint64_t)(total - avail) : 0,
 				  .mapped = (uint64_t)mapped, .file = (uint64_t)cached,
+				  .shmem = shmem > 0 ? (uint64_t)shmem : 0,
 				  .majfaults = maj > 0 ? (uint64_t)maj : 0,
 				  .refaults = ref > 0 ? (uint64_t)ref : 0 };
 	return 0;
@@ -231,7 +271,8 @@ static int sample_v1(struct memwatch *m, struct mem_sample *s)
 	uint64_t file = (uint64_t)(inact + act);
 	*s = (struct mem_sample){ .scope = MEM_CGROUP_V1, .limit = limit,
 				  .pinned = usage > file ? usage - file : 0, .mapped = (uint64_t)mapped,
-				  .file = file, .majfaults = maj > 0 ? (uint64_t)maj : 0,
+				  .file = file, .shmem = shmem > 0 ? (uint64_t)shmem : 0,
+				  .majfaults = maj > 0 ? (uint64_t)maj : 0,
 				  .refaults = ref > 0 ? (uint64_t)ref : 0 };
 	return 0;
 }
@@ -272,24 +313,28 @@ static int sample_v2(struct memwatch *m, struct mem_sample *s)
 	uint64_t file = (uint64_t)(inact + act);
 	*s = (struct mem_sample){ .scope = MEM_CGROUP_V2, .limit = limit,
 				  .pinned = usage > file ? usage - file : 0, .mapped = (uint64_t)mapped,
-				  .file = file, .majfaults = maj > 0 ? (uint64_t)maj : 0,
+				  .file = file, .shmem = shmem > 0 ? (uint64_t)shmem : 0,
+				  .majfaults = maj > 0 ? (uint64_t)maj : 0,
 				  .refaults = ref > 0 ? (uint64_t)ref : 0 };
 	return 0;
 }
 
-/* The caller's own anonymous and shared resident bytes, 0 if unknown. */
-static uint64_t sample_own(const struct memwatch *m)
+/* The caller's own anonymous and shared resident bytes into S (own, and
+ * own_shmem of it); both 0 if unknown. */
+static void sample_own(const struct memwatch *m, struct mem_sample *s)
 {
 	char path[PATH_BYTES], text[4096];
 	int64_t anon, shm;
 
+	s->own = s->own_shmem = 0;
 	if (join(path, m->root, "/proc/self/status", "") < 0 || slurp(path, text, sizeof(text)) < 0)
-		return 0;
+		return;
 	anon = field(text, "RssAnon", 1);
 	shm = field(text, "RssShmem", 1);
 	if (anon < 0)
-		return 0;
-	return (uint64_t)anon + (uint64_t)(shm > 0 ? shm : 0);
+		return;
+	s->own_shmem = shm > 0 ? (uint64_t)shm : 0;
+	s->own = (uint64_t)anon + s->own_shmem;
 }
 
 int memwatch_sample(struct memwatch *m, struct mem_sample *s)
@@ -308,7 +353,7 @@ int memwatch_sample(struct memwatch *m, struct mem_sample *s)
 		break;
 	}
 	if (err == 0)
-		s->own = sample_own(m);
+		sample_own(m, s);
 	return err;
 }
 

@@ -32,9 +32,12 @@ struct mem_sample {
 	uint64_t majfaults;         /* major faults so far (a counter) */
 	uint64_t refaults;          /* file pages read again soon after the kernel evicted
 				     * them (workingset_refault_file; a counter) */
+	uint64_t shmem;             /* of pinned, shared memory (tmpfs, /dev/shm: a
+				     * DataLoader's batches, a persistent arena) */
 	uint64_t own;               /* of pinned, the calling process's own: its anonymous
 				     * and shared resident bytes (RssAnon + RssShmem in
 				     * /proc/self/status); 0 when unknown */
+	uint64_t own_shmem;         /* of own, RssShmem */
 };
 
 struct memwatch;
@@ -48,6 +51,13 @@ void memwatch_close(struct memwatch *m);
 enum mem_scope memwatch_scope(const struct memwatch *m);
 /* 0 and *S, or -errno (a file vanished or could not be parsed). */
 int memwatch_sample(struct memwatch *m, struct mem_sample *s);
+/* 1 if process PID's memory is part of what M watches: M is the machine,
+ * or PID's memory cgroup is M's or one below it; 0 otherwise (another
+ * cgroup, PID gone or 0, its /proc/PID/cgroup unreadable). A job in a
+ * cgroup of its own, beside a daemon in another (a systemd unit, a
+ * DaemonSet), is not. Reads M's fixed fields only: safe beside a
+ * memwatch_sample() in another thread. */
+int memwatch_holds(const struct memwatch *m, int pid);
 
 /* What is left for page cache and new allocations: limit - pinned -
  * mapped, 0 if none. */

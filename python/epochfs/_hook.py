@@ -51,7 +51,9 @@ orders, is reported once on stderr and the job runs as before. One stream
 per DataLoader, per process (so per DDP rank), replaced at every epoch,
 removed with its DataLoader. Once a second, a loader with a stream also
 reports how long its iterators waited in __next__ ("#wait" lines after the
-order; epochfs-stat's jobwait% column).
+order; epochfs-stat's jobwait% column), and after its first batch, once,
+how many bytes of batches its workers may hold at once ("#batches": the
+daemon beside the job counts them in the job's peak memory).
 """
 import bisect
 import copy
@@ -62,7 +64,7 @@ import threading
 import time
 import weakref
 
-from ._mounts import mount_of, mounts, publish_order, report_wait
+from ._mounts import mount_of, mounts, publish_order, report_batches, report_wait
 
 MAX_ORDER = 16 << 20                # the daemon takes no more paths in all orders
 # How often a loader reports its data wait (seconds; and at each epoch's end).
@@ -409,6 +411,46 @@ def _measure(it, t0, force=False):
             _close(fd)
 
 
+def batch_bytes(batch):
+    """Bytes of the tensors and arrays in BATCH (nested tuples, lists and
+    dicts), what a worker process hands over in shared memory."""
+    if isinstance(batch, (tuple, list)):
+        return sum(batch_bytes(x) for x in batch)
+    if isinstance(batch, dict):
+        return sum(batch_bytes(x) for x in batch.values())
+    n = getattr(batch, "nbytes", None)          # numpy, torch >= 2.1
+    if isinstance(n, int):
+        return n
+    try:
+        return int(batch.element_size()) * int(batch.nelement())
+    except (AttributeError, TypeError):
+        return 0
+
+
+def _declare_batches(it, batch):
+    """Once per loader, after its first batch: tells the mounts how many
+    bytes of batches its worker processes may hold at once (workers x
+    prefetch_factor x this batch's bytes), so the daemon beside the job
+    counts them in the job's peak before they all come. Nothing without
+    workers: the main process makes its batches one at a time."""
+    loader = getattr(it, "_epochfs_loader", None)
+    m = getattr(loader, "_epochfs_meter", None)
+    if m is None or not m["fds"] or m.get("batches") is not None:
+        return
+    workers = getattr(it, "_num_workers", 0) or 0
+    m["batches"] = 0
+    if workers < 1:
+        return
+    nbytes = workers * (getattr(it, "_prefetch_factor", None) or 2) * batch_bytes(batch)
+    m["batches"] = nbytes
+    for mnt, fd in list(m["fds"].items()):
+        try:
+            report_batches(fd, nbytes)
+        except OSError:
+            m["fds"].pop(mnt, None)
+            _close(fd)
+
+
 def _end_with(loader, mnt, name):
     """The stream ends with its DataLoader (or the process)."""
     ends = getattr(loader, "_epochfs_ends", None)
@@ -513,6 +555,7 @@ def _patch(dataloader_module):
             _measure(self, t0, force=True)      # an epoch's end is always reported
             raise
         _measure(self, t0)
+        _declare_batches(self, batch)
         return batch
 
     _next_index._epochfs = True

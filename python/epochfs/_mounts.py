@@ -88,6 +88,14 @@ def report_wait(fd, wait_s, run_s):
     _write_all(fd, ("#wait %.3f %.3f\n" % (wait_s, max(run_s, wait_s))).encode())
 
 
+def report_batches(fd, nbytes):
+    """Tells the stream open on FD that its loader may hold NBYTES of
+    batches at once (workers x prefetch_factor x a batch's bytes): the
+    daemon counts them in the job's peak memory before they all come
+    (docs/prefetch.md, "The job's peak")."""
+    _write_all(fd, ("#batches %d\n" % max(0, int(nbytes))).encode())
+
+
 def _write_all(fd, data):
     view = memoryview(data)
     while view:

@@ -5,7 +5,9 @@
 # SOURCE's bytes (every file once per epoch, decoded and augmented as
 # torchvision's ImageNet pipeline does), the cgroup's OOM counter stays at
 # 0, nothing failed a read, and the daemon's staging came out of the cache's
-# budget rather than on top of it.
+# budget rather than on top of it; the loader's "#batches" figure reached
+# the daemon. Then split: the daemon in a memory cgroup of its own does not
+# count that figure (the batches are not in its room).
 . "$(dirname "$0")/lib.sh"
 [ "$(id -u)" = 0 ] || skip "needs root (a memory cgroup)"
 MEMROOT=/sys/fs/cgroup/memory
@@ -67,14 +69,23 @@ oom0=$(awk '/^oom_kill / {print $2}' "$CG/memory.oom_control")
 # The daemon in the same cgroup, --cache-size D/2, prefetch on (its
 # default staging budget must come out of the cache's, not on top).
 echo 3 > /proc/sys/vm/drop_caches
-EP_ALLOWED_STDERR='^epochfs: memory: '      # the budget saying what it does
+EP_ALLOWED_STDERR='^epochfs: (warning: )?memory: '  # the budget saying what it does, and gives back
 (in_cg "$EPOCHFS" -f --no-persist --cache-size $((D / 2))B "$T/src" "$T/m" 2>"$T/daemon.err") &
 EP_PID=$!
 EP_MNT=$T/m
 mkdir -p "$T/m"
 wait_for mountpoint -q "$T/m" || fail "the daemon did not mount"
+# The loader's word: what its 2 workers x 2 batches of 32 may hold at
+# once, counted in the job's peak while its stream lives (read by a
+# poller: the stream ends with the job).
+(while :; do stat_of "$T/m" mem_job_batches_bytes 2>/dev/null; sleep 0.2; done > "$T/said") &
+POLL=$!
 have=$(in_cg "$ROOT/$BUILD/epochfs-run" -- /usr/bin/python3 "$T/job.py" "$T/m" 2>"$T/run.err") ||
-	fail "the job under epochfs-run failed: $(tail -5 "$T/run.err")"
+	{ kill $POLL; fail "the job under epochfs-run failed: $(tail -5 "$T/run.err")"; }
+kill $POLL; wait $POLL 2>/dev/null
+said=$(sort -n "$T/said" | tail -1)
+[ "$said" = $((2 * 2 * (32 * 3 * 224 * 224 * 4 + 32 * 8))) ] ||
+	fail "the mount took ${said:-nothing} bytes of batches from the loader, want 2 x 2 x 19267840"
 grep -q "DataLoader orders go to" "$T/run.err" || fail "epochfs-run told no order: $(cat "$T/run.err")"
 oom=$(awk '/^oom_kill / {print $2}' "$CG/memory.oom_control")
 [ "$oom" = "$oom0" ] || fail "$((oom - oom0)) OOM kill(s) in the job's cgroup (limit $LIM: peak $PEAK + D/2 + 88 MiB)"
@@ -92,3 +103,31 @@ cap=$(stat_of "$T/m" cache_capacity_bytes)
 	fail "cache $used + staging peak $staged > --cache-size $cap: staging came on top of the cache"
 umount_ep
 ok "a torchvision job under epochfs-run in peak + D/2 + 88 MiB: 2 epochs, exact bytes, no OOM kill, no read error (staging peak $staged B, cache $used of $cap B)"
+
+# Split: the daemon in a memory cgroup of its own (a systemd unit, a
+# DaemonSet), the job in its cgroup as before. The job's batches are not
+# in the daemon's room: its word is not counted, and the cache keeps all
+# it took.
+CGD=$MEMROOT/epochfs-t-memory-d-$$
+mkdir "$CGD" || fail "mkdir $CGD"
+trap 'for g in "$CG" "$CGD"; do for p in $(cat "$g/cgroup.procs" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done; done; cleanup; rmdir "$CG" "$CGD" 2>/dev/null' EXIT
+echo $((D / 2 + (64 << 20))) > "$CGD/memory.limit_in_bytes" || fail "cannot set the daemon's limit"
+echo 3 > /proc/sys/vm/drop_caches
+(sh -c 'echo $$ > "$0/cgroup.procs"; exec "$@"' "$CGD" "$EPOCHFS" -f --no-persist --cache-size $((D / 2))B \
+	"$T/src" "$T/m" 2>"$T/daemon.err") &
+EP_PID=$!
+wait_for mountpoint -q "$T/m" || fail "the daemon did not mount in its own cgroup"
+(while :; do stat_of "$T/m" mem_job_batches_bytes 2>/dev/null; sleep 0.2; done > "$T/said") &
+POLL=$!
+have=$(in_cg "$ROOT/$BUILD/epochfs-run" -- /usr/bin/python3 "$T/job.py" "$T/m" 2>"$T/run.err") ||
+	{ kill $POLL; fail "the job beside a daemon in its own cgroup failed: $(tail -5 "$T/run.err")"; }
+kill $POLL; wait $POLL 2>/dev/null
+[ "$have" = "$(cat "$T/want")" ] || fail "split: the job read other bytes: $have"
+[ "$(stat_of "$T/m" order_paths)" -ge 600 ] || fail "split: the mount took $(stat_of "$T/m" order_paths) paths of 600"
+said=$(sort -n "$T/said" | tail -1)
+[ "${said:-x}" = 0 ] || fail "split: the daemon counted ${said:-nothing} bytes of a job's batches that are not in its cgroup"
+[ "$(stat_of "$T/m" cache_given_back_bytes)" = 0 ] || fail "split: the cache gave $(stat_of "$T/m" cache_given_back_bytes) B back"
+oom=$(awk '/^oom_kill / {s += $2} END {print s + 0}' "$CG/memory.oom_control" "$CGD/memory.oom_control")
+[ "$oom" = "$oom0" ] || fail "split: $((oom - oom0)) OOM kill(s)"
+umount_ep
+ok "split: the job's batches in its own cgroup are not counted in the daemon's (exact bytes, nothing given back, no OOM kill)"

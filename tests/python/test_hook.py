@@ -370,3 +370,39 @@ class StreamNames(unittest.TestCase):
         for fd in _hook._meter_of(loader)["fds"].values():
             os.close(fd)
         _hook._meter_of(loader)["fds"].clear()
+
+
+class DeclaredBatches(unittest.TestCase):
+    """The loader's word to the daemon: workers x prefetch_factor x a
+    batch's bytes, once, on every stream it writes orders to."""
+
+    def meter_with_pipe(self):
+        r, w = os.pipe()
+        self.addCleanup(os.close, r)
+        loader = types.SimpleNamespace(_epochfs_meter={"fds": {"/m": w}})
+        return r, loader
+
+    @unittest.skipIf(torch is None, "needs torch")
+    def test_batch_bytes_counts_nested_tensors(self):
+        x = torch.zeros(64, 3, 224, 224)
+        y = torch.zeros(64, dtype=torch.int64)
+        self.assertEqual(_hook.batch_bytes((x, y)), 64 * 3 * 224 * 224 * 4 + 64 * 8)
+        self.assertEqual(_hook.batch_bytes({"a": [x], "b": "text", "c": 3}), 64 * 3 * 224 * 224 * 4)
+
+    def test_said_once_with_workers_and_prefetch(self):
+        r, loader = self.meter_with_pipe()
+        batch = (types.SimpleNamespace(nbytes=1000), [types.SimpleNamespace(nbytes=24)])
+        it = types.SimpleNamespace(_epochfs_loader=loader, _num_workers=4, _prefetch_factor=3)
+        _hook._declare_batches(it, batch)
+        _hook._declare_batches(it, batch)
+        os.close(loader._epochfs_meter["fds"].pop("/m"))
+        self.assertEqual(os.read(r, 100), b"#batches 12288\n")
+        self.assertEqual(loader._epochfs_meter["batches"], 12288)
+
+    def test_nothing_without_workers(self):
+        r, loader = self.meter_with_pipe()
+        it = types.SimpleNamespace(_epochfs_loader=loader, _num_workers=0)
+        _hook._declare_batches(it, (types.SimpleNamespace(nbytes=1000),))
+        os.close(loader._epochfs_meter["fds"].pop("/m"))
+        self.assertEqual(os.read(r, 100), b"")
+        self.assertEqual(loader._epochfs_meter["batches"], 0)

@@ -132,6 +132,46 @@ Test(memwatch, cgroup_v2_takes_the_tightest_max_up_the_tree)
 	memwatch_close(m);
 }
 
+/* Whose memory the daemon's cgroup holds: a process in it or below it,
+ * not one in a cgroup of its own (a job beside a daemon in a systemd
+ * unit), nor one gone or unknown; the machine holds everyone. */
+Test(memwatch, holds_a_process_in_its_cgroup_or_below)
+{
+	struct memwatch *m;
+
+	th_write(root, "proc/self/cgroup", "5:cpu,cpuacct:/x\n4:memory:/job\n0::/\n");
+	mkdirs("sys/fs/cgroup/memory/job");
+	th_write(root, "sys/fs/cgroup/memory/job/memory.limit_in_bytes", "1073741824\n");
+	th_write(root, "sys/fs/cgroup/memory/job/memory.usage_in_bytes", "100000000\n");
+	th_write(root, "sys/fs/cgroup/memory/job/memory.stat",
+		 "total_inactive_file 0\ntotal_active_file 0\ntotal_mapped_file 0\n");
+	const char *pids[][2] = { { "11", "4:memory:/job\n" },       { "12", "3:cpu:/y\n4:memory:/job/w0\n" },
+				  { "13", "4:memory:/jobx\n0::/job\n" }, { "14", "4:memory:/other\n" },
+				  { "15", "0::/job\n" } };
+	for (unsigned i = 0; i < sizeof(pids) / sizeof(pids[0]); i++) {
+		char rel[64];
+		snprintf(rel, sizeof(rel), "proc/%s", pids[i][0]);
+		th_mkdir(root, rel);
+		snprintf(rel, sizeof(rel), "proc/%s/cgroup", pids[i][0]);
+		th_write(root, rel, pids[i][1]);
+	}
+	cr_assert_eq(memwatch_open(root, &m), 0);
+	cr_assert_eq(memwatch_scope(m), MEM_CGROUP_V1);
+	cr_expect_eq(memwatch_holds(m, 11), 1, "the daemon's own cgroup");
+	cr_expect_eq(memwatch_holds(m, 12), 1, "a cgroup below it");
+	cr_expect_eq(memwatch_holds(m, 13), 0, "a name that only starts alike");
+	cr_expect_eq(memwatch_holds(m, 14), 0, "a cgroup of its own");
+	cr_expect_eq(memwatch_holds(m, 15), 0, "v2's line where the daemon is watched in v1");
+	cr_expect_eq(memwatch_holds(m, 16), 0, "a process gone");
+	cr_expect_eq(memwatch_holds(m, 0), 0, "an unknown caller");
+	memwatch_close(m);
+	th_write(root, "proc/self/cgroup", "0::/\n");
+	cr_assert_eq(memwatch_open(root, &m), 0);
+	cr_assert_eq(memwatch_scope(m), MEM_SYSTEM);
+	cr_expect_eq(memwatch_holds(m, 14), 1, "the machine holds every process");
+	memwatch_close(m);
+}
+
 Test(memwatch, a_cgroup_without_a_limit_is_the_machine)
 {
 	struct memwatch *m;
@@ -452,6 +492,51 @@ Test(pressure, staging_goes_first_and_is_carved_out_of_the_cache)
 	cr_expect_eq(o.state, MEMORY_PAUSED);
 	cr_expect_eq(o.staging_limit, 0);
 	cr_expect_eq(o.give_back, 0);
+}
+
+/* Step 4 with the job's word: a loader that says it may hold 294 MiB of
+ * batches at once (4 workers x 2 of 38.5 MB) is counted at its memory
+ * without the shared memory it holds now plus that, before any sample
+ * has seen it there (part 7, W = 4, 942 MiB: all eight in flight came
+ * between two samples and the OOM killer took the daemon). */
+Test(pressure, the_batches_a_job_says_it_may_hold_count_in_its_peak)
+{
+	struct memory_policy p;
+	struct memory_out o;
+	struct memory_in in;
+	uint64_t lim = 942 * MIB, reserve = memory_reserve(lim);
+
+	memory_policy_init(&p, PAGE_CACHE_AUTO);
+	/* The job at 520 MiB, 120 of it batches in shared memory; the daemon
+	 * 250 MiB (its arena anonymous: no shared memory of its own). */
+	in = (struct memory_in){ .t = 0, .dataset_bytes = 452 * MIB, .cache_capacity = 226 * MIB,
+				 .cache_used = 220 * MIB, .cache_need = 452 * MIB,
+				 .mem = { .limit = lim, .pinned = 770 * MIB, .shmem = 120 * MIB, .own = 250 * MIB } };
+	memory_step(&p, &in, &o);
+	cr_expect_eq(o.ceiling, lim - 520 * MIB - reserve / 4, "nothing said: the peak seen");
+	cr_expect_eq(o.guard, 0);
+	/* The loader says 294 MiB: the peak is 520 - 120 + 294 = 694 MiB, the
+	 * ceiling 240 MiB under it, and the daemon, 10 MiB over, gives back
+	 * at once, before the batches come. */
+	memory_policy_init(&p, PAGE_CACHE_AUTO);
+	in.job_batches = 294 * MIB;
+	memory_step(&p, &in, &o);
+	cr_expect_eq(o.ceiling, lim - 694 * MIB - reserve / 4);
+	cr_expect_eq(o.guard, 1);
+	cr_expect_gt(o.give_back, 0);
+	/* The daemon's own shared memory (a persistent arena) is not the
+	 * job's: with 100 MiB of it in the cgroup's 220, the job still holds
+	 * 120. */
+	memory_policy_init(&p, PAGE_CACHE_AUTO);
+	in.mem.shmem = 220 * MIB;
+	in.mem.own_shmem = 100 * MIB;
+	memory_step(&p, &in, &o);
+	cr_expect_eq(o.ceiling, lim - 694 * MIB - reserve / 4);
+	/* A job whose real peak passed what it said keeps the real one. */
+	memory_policy_init(&p, PAGE_CACHE_AUTO);
+	in.job_batches = 10 * MIB;
+	memory_step(&p, &in, &o);
+	cr_expect_eq(o.ceiling, lim - 520 * MIB - reserve / 4);
 }
 
 Test(memwatch, own_memory_is_rss_anon_and_shmem)

@@ -76,7 +76,7 @@ static uint64_t stream(const char *name, const char *text, off_t off)
 {
 	struct order_attr a;
 
-	cr_assert_eq(order_create(o, ORDER_DIR_NODE, name, ME, ME, &a), 0, "create %s", name);
+	cr_assert_eq(order_create(o, ORDER_DIR_NODE, name, ME, ME, 0, &a), 0, "create %s", name);
 	cr_assert_eq(ns_of(a.node), NS_ORDER);
 	if (text)
 		cr_assert_eq(order_write(o, a.node, text, strlen(text), off), (ssize_t)strlen(text));
@@ -108,9 +108,9 @@ Test(order, the_namespace)
 	cr_expect(strstr(buf, "order 1: 2 files (1 paths no file has)"), "%s", buf);
 	cr_expect_str_eq(order_dirent(o, 0, name, sizeof(name)), "job-0");
 	cr_expect_null(order_dirent(o, 1, name, sizeof(name)));
-	cr_expect_eq(order_create(o, ORDER_DIR_NODE, "bad/name", ME, ME, &a), -EINVAL);
-	cr_expect_eq(order_create(o, ORDER_DIR_NODE, ".hidden", ME, ME, &a), -EINVAL);
-	cr_expect_eq(order_create(o, 12345, "x", ME, ME, &a), -EROFS);
+	cr_expect_eq(order_create(o, ORDER_DIR_NODE, "bad/name", ME, ME, 0, &a), -EINVAL);
+	cr_expect_eq(order_create(o, ORDER_DIR_NODE, ".hidden", ME, ME, 0, &a), -EINVAL);
+	cr_expect_eq(order_create(o, 12345, "x", ME, ME, 0, &a), -EROFS);
 	cr_expect_eq(order_write(o, n, "/abs\n", 5, 100), -EINVAL);
 	cr_expect_eq(order_write(o, n, "a/../b\n", 7, 100), -EINVAL);
 	cr_expect_eq(order_read(o, ORDER_DIR_NODE, buf, 10, 0), -EISDIR);
@@ -120,9 +120,9 @@ Test(order, the_namespace)
 	cr_expect_eq(order_unlink(o, ORDER_DIR_NODE, "job-0", ME), -ENOENT);
 	for (int i = 0; i < ORDER_MAX_STREAMS; i++) {
 		snprintf(name, sizeof(name), "s%d", i);
-		cr_assert_eq(order_create(o, ORDER_DIR_NODE, name, ME, ME, &a), 0);
+		cr_assert_eq(order_create(o, ORDER_DIR_NODE, name, ME, ME, 0, &a), 0);
 	}
-	cr_expect_eq(order_create(o, ORDER_DIR_NODE, "one-more", ME, ME, &a), -ENOSPC);
+	cr_expect_eq(order_create(o, ORDER_DIR_NODE, "one-more", ME, ME, 0, &a), -ENOSPC);
 }
 
 /* Streams belong to their creators: another user can neither reopen nor
@@ -135,24 +135,24 @@ Test(order, users_own_their_streams_and_hold_a_share)
 
 	if (ME == ALICE || ME == BOB)
 		cr_skip_test("the test's users are this process's");
-	cr_assert_eq(order_create(o, ORDER_DIR_NODE, "alice-job", ALICE, 7, &a), 0);
+	cr_assert_eq(order_create(o, ORDER_DIR_NODE, "alice-job", ALICE, 7, 0, &a), 0);
 	cr_expect(a.uid == ALICE && a.gid == 7);
 	uint64_t an = a.node;
 	cr_expect_eq(order_getattr(o, an, &a), 0);
 	cr_expect_eq(a.uid, ALICE);
-	cr_expect_eq(order_create(o, ORDER_DIR_NODE, "alice-job", BOB, 8, &a), -EACCES);
+	cr_expect_eq(order_create(o, ORDER_DIR_NODE, "alice-job", BOB, 8, 0, &a), -EACCES);
 	cr_expect_eq(order_unlink(o, ORDER_DIR_NODE, "alice-job", BOB), -EPERM);
-	cr_expect_eq(order_create(o, ORDER_DIR_NODE, "alice-job", ALICE, 7, &a), 0, "its owner reopens it");
-	cr_expect_eq(order_create(o, ORDER_DIR_NODE, "alice-job", ME, ME, &a), 0, "the daemon's user too");
+	cr_expect_eq(order_create(o, ORDER_DIR_NODE, "alice-job", ALICE, 7, 0, &a), 0, "its owner reopens it");
+	cr_expect_eq(order_create(o, ORDER_DIR_NODE, "alice-job", ME, ME, 0, &a), 0, "the daemon's user too");
 	/* Slots: ORDER_USER_STREAMS for alice; bob and the daemon's user still get theirs. */
 	for (int i = 1; i < ORDER_USER_STREAMS; i++) {
 		snprintf(name, sizeof(name), "alice-%d", i);
-		cr_assert_eq(order_create(o, ORDER_DIR_NODE, name, ALICE, 7, &a), 0, "%s", name);
+		cr_assert_eq(order_create(o, ORDER_DIR_NODE, name, ALICE, 7, 0, &a), 0, "%s", name);
 	}
-	cr_expect_eq(order_create(o, ORDER_DIR_NODE, "alice-more", ALICE, 7, &a), -ENOSPC);
-	cr_expect_eq(order_create(o, ORDER_DIR_NODE, "bob-job", BOB, 8, &a), 0);
+	cr_expect_eq(order_create(o, ORDER_DIR_NODE, "alice-more", ALICE, 7, 0, &a), -ENOSPC);
+	cr_expect_eq(order_create(o, ORDER_DIR_NODE, "bob-job", BOB, 8, 0, &a), 0);
 	uint64_t bn = a.node;
-	cr_expect_eq(order_create(o, ORDER_DIR_NODE, "mine", ME, ME, &a), 0);
+	cr_expect_eq(order_create(o, ORDER_DIR_NODE, "mine", ME, ME, 0, &a), 0);
 	/* Places: alice's streams together take ORDER_USER_PATHS at most. */
 	size_t chunk = 1u << 20;
 	char *t = paths(1, (unsigned)chunk);
@@ -288,7 +288,7 @@ Test(order, all_orders_are_bounded)
 	for (int i = 0; i < 20 && !refused; i++) {
 		snprintf(name, sizeof(name), "s%d", i);
 		struct order_attr a;
-		cr_assert_eq(order_create(o, ORDER_DIR_NODE, name, ME, ME, &a), 0);
+		cr_assert_eq(order_create(o, ORDER_DIR_NODE, name, ME, ME, 0, &a), 0);
 		refused = order_write(o, a.node, t, strlen(t), 0) == -EFBIG;
 	}
 	free(t);
@@ -317,11 +317,66 @@ Test(order, wait_reports_add_no_more_than_the_clock)
 	struct order *o2;
 	cr_assert_eq(order_new(&oo, &o2), 0);
 	struct order_attr a;
-	cr_assert_eq(order_create(o2, ORDER_DIR_NODE, "j", ME, ME, &a), 0);
+	cr_assert_eq(order_create(o2, ORDER_DIR_NODE, "j", ME, ME, 0, &a), 0);
 	cr_assert_eq(order_write(o2, a.node, "#wait 2 3\n", 10, 0), 10);
 	cr_assert_eq(order_write(o2, a.node, "#wait 2.5 4\n", 12, 10), 12);
 	order_get_stats(o2, &s);
 	cr_expect_eq(s.job_wait_us, 2500000);
 	cr_expect_eq(s.job_run_us, 4000000);
+	order_free(o2);
+}
+
+/* "#batches BYTES": what a loader says it may hold in batches at once,
+ * summed over live streams, taken from the daemon's user (and root) in
+ * the daemon's memory cgroup only, malformed lines ignored, and gone with
+ * its stream. */
+static off_t say(struct order *o2, uint64_t node, const char *text, off_t off)
+{
+	size_t n = strlen(text);
+
+	cr_assert_eq(order_write(o2, node, text, n, off), (ssize_t)n, "%s", text);
+	return off + (off_t)n;
+}
+
+Test(order, batches_lines_say_what_a_loader_may_hold)
+{
+	struct order_opts oo = { .resolve = resolve };
+	struct order *o2;
+	struct order_attr a, b, c, d;
+	struct order_stats s;
+	off_t ob = 0;
+
+	cr_assert_eq(order_new(&oo, &o2), 0);
+	cr_assert_eq(order_create(o2, ORDER_DIR_NODE, "j", ME, ME, ORDER_SAME_MEMORY, &a), 0);
+	cr_assert_eq(order_create(o2, ORDER_DIR_NODE, "k", ME, ME, ORDER_SAME_MEMORY, &b), 0);
+	cr_assert_eq(order_create(o2, ORDER_DIR_NODE, "alice", ALICE, 7, ORDER_SAME_MEMORY, &c), 0);
+	cr_assert_eq(order_create(o2, ORDER_DIR_NODE, "apart", ME, ME, 0, &d), 0);
+	say(o2, a.node, "#batches 308000000\n", 0);
+	ob = say(o2, b.node, "#batches 1000\n", ob);
+	order_get_stats(o2, &s);
+	cr_expect_eq(s.job_batches, 308001000);
+	/* The latest line holds; nonsense changes nothing. */
+	ob = say(o2, b.node, "#batches 2000\n", ob);
+	ob = say(o2, b.node, "#batches -5\n#batches 12x\n#batches \n#batches 99999999999999999999999\n", ob);
+	order_get_stats(o2, &s);
+	cr_expect_eq(s.job_batches, 308002000);
+	/* Another user's word does not count (it would shrink the cache for
+	 * everyone), though the line is taken. */
+	say(o2, c.node, "#batches 5000\n", 0);
+	order_get_stats(o2, &s);
+	cr_expect_eq(s.job_batches, 308002000);
+	/* A loader whose memory is not in the daemon's cgroup takes nothing
+	 * from the daemon's room: its word does not count either. */
+	say(o2, d.node, "#batches 7000\n", 0);
+	order_get_stats(o2, &s);
+	cr_expect_eq(s.job_batches, 308002000);
+	/* A huge figure is held to 1 TiB. */
+	say(o2, b.node, "#batches 18000000000000000000\n", ob);
+	order_get_stats(o2, &s);
+	cr_expect_eq(s.job_batches, 308000000 + (1ull << 40));
+	/* Gone with its stream. */
+	cr_assert_eq(order_unlink(o2, ORDER_DIR_NODE, "k", ME), 0);
+	order_get_stats(o2, &s);
+	cr_expect_eq(s.job_batches, 308000000);
 	order_free(o2);
 }

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "core/core_int.h"
+#include "core/memory.h"
 #include "core/ns/order.h"
 
 /* The directory is 1777 (like /tmp: anyone the mount lets in starts a
@@ -73,7 +74,8 @@ static int ord_create(struct core *c, uint64_t parent, const char *name, const s
 		      struct core_attr *a)
 {
 	struct order_attr oa;
-	int err = order_create(c->order, parent, name, who->uid, who->gid, &oa);
+	unsigned flags = c->memory && memory_holds(c->memory, who->pid) ? ORDER_SAME_MEMORY : 0;
+	int err = order_create(c->order, parent, name, who->uid, who->gid, flags, &oa);
 
 	if (err < 0)
 		return err;

@@ -23,6 +23,14 @@
  *   never more than that for each of the 64 slots since the mount, and
  *   never more wait than run: a writer that keeps resetting its numbers
  *   (4,000 writes took job_wait_us to 2e18) adds at most real time.
+ * - "#batches BYTES" says how many bytes of batches the stream's loader
+ *   may hold at once (workers x prefetch_factor x a batch); the memory
+ *   thread counts it in the job's peak. Taken from the daemon's user and
+ *   root only (another user's word would shrink the cache for everyone),
+ *   and only from a process whose memory is in the daemon's cgroup (a job
+ *   in a cgroup of its own takes nothing from the daemon's room: counted,
+ *   its batches would empty the cache for nothing), at most BATCHES_MAX a
+ *   stream, and dropped when the stream ends.
  * - Node numbers (ns.h): the order bit over the control bit; the slot in
  *   bits 40-47, the slot's generation in 24-39, a lookup counter in 0-23
  *   (each lookup a new node, so the kernel never serves a stale status).
@@ -46,6 +54,7 @@
 #define LINE_MAX_BYTES 4096u
 #define REPORT_SLACK_S 60.0         /* run time a report may claim beyond its stream's age */
 #define STATUS_BYTES 1024
+#define BATCHES_MAX (1ull << 40)    /* "#batches": more than any machine here holds */
 
 struct stream {
 	int used;
@@ -64,9 +73,11 @@ struct stream {
 	double active;              /* last write or matched read */
 	uint64_t epoch;             /* orders written (a new one each truncate / offset 0) */
 	double wait_s, run_s;       /* the stream's last "#wait" report (cumulative) */
+	uint64_t batches;           /* its last "#batches" line: bytes of batches in flight */
 	double born;                /* when the stream was created */
 	double added;               /* run seconds its reports added to job_run_us */
 	uint32_t uid, gid;          /* its creator */
+	int same_memory;            /* its creator's memory is in the daemon's cgroup */
 	uint64_t room;              /* places this write may still add (ORDER_USER_PATHS) */
 };
 
@@ -168,6 +179,7 @@ static void stream_end(struct order *o, struct stream *s)
 	s->used = 0;
 	s->epoch = 0;
 	s->wait_s = s->run_s = 0;
+	s->batches = 0;
 	s->gen++;
 	streams_changed(o);
 }
@@ -236,6 +248,26 @@ static uint64_t user_places(const struct order *o, uint32_t uid, const struct st
 	return n;
 }
 
+/* "#batches BYTES": what S's loader may hold in batches at once, from
+ * the daemon's user or root in the daemon's memory cgroup; anything
+ * else, or malformed, is ignored. Lock held. */
+static void take_batches(struct stream *s, const char *p, size_t len)
+{
+	char buf[32], *end;
+
+	if (len >= sizeof(buf) || !privileged(s->uid) || !s->same_memory)
+		return;
+	memcpy(buf, p, len);
+	buf[len] = '\0';
+	if (buf[0] < '0' || buf[0] > '9')
+		return;
+	errno = 0;
+	unsigned long long v = strtoull(buf, &end, 10);
+	if (*end || errno)
+		return;
+	s->batches = v < BATCHES_MAX ? v : BATCHES_MAX;
+}
+
 static int take_line(struct order *o, struct stream *s, const char *line, size_t len)
 {
 	uint32_t id;
@@ -244,6 +276,10 @@ static int take_line(struct order *o, struct stream *s, const char *line, size_t
 		len--;
 	if (len > 6 && !memcmp(line, "#wait ", 6)) {
 		take_wait(o, s, line + 6, len - 6);
+		return 0;
+	}
+	if (len > 9 && !memcmp(line, "#batches ", 9)) {
+		take_batches(s, line + 9, len - 9);
 		return 0;
 	}
 	if (!len || line[0] == '#')
@@ -322,8 +358,12 @@ void order_get_stats(struct order *o, struct order_stats *s)
 	*s = o->st;
 	s->places = o->places;
 	s->streams = 0;
-	for (unsigned i = 0; i < ORDER_MAX_STREAMS; i++)
+	s->job_batches = 0;
+	for (unsigned i = 0; i < ORDER_MAX_STREAMS; i++) {
 		s->streams += o->streams[i].used;
+		if (o->streams[i].used)
+			s->job_batches += o->streams[i].batches;
+	}
 	pthread_mutex_unlock(&o->lock);
 }
 
@@ -378,7 +418,7 @@ int order_getattr(struct order *o, uint64_t node, struct order_attr *a)
 }
 
 int order_create(struct order *o, uint64_t parent, const char *name, uint32_t uid, uint32_t gid,
-		 struct order_attr *a)
+		 unsigned flags, struct order_attr *a)
 {
 	unsigned mine = 0;
 	int ret = 0;
@@ -405,6 +445,7 @@ int order_create(struct order *o, uint64_t parent, const char *name, uint32_t ui
 			s->added = 0;
 			s->uid = uid;
 			s->gid = gid;
+			s->same_memory = !!(flags & ORDER_SAME_MEMORY);
 			streams_changed(o);
 		}
 	if (!s) {

@@ -81,6 +81,9 @@ struct order_stats {
 	uint64_t first;             /* reads that came before the prefetcher fetched their file */
 	uint64_t job_wait_us;       /* jobs' time waiting for data, from their "#wait" lines */
 	uint64_t job_run_us;        /* the time those lines cover */
+	uint64_t job_batches;       /* gauge: bytes of batches the live streams' loaders say
+				     * they may hold at once ("#batches"; the daemon's user
+				     * and root only, from its own memory cgroup) */
 };
 
 int order_new(const struct order_opts *o, struct order **out);
@@ -98,13 +101,17 @@ struct order_attr {
 
 int order_lookup(struct order *o, uint64_t parent, const char *name, struct order_attr *a);
 int order_getattr(struct order *o, uint64_t node, struct order_attr *a);
+/* order_create's FLAGS: the creating process's memory is in the daemon's
+ * memory cgroup (memwatch_holds), so its "#batches" lines count. */
+#define ORDER_SAME_MEMORY 1u
 /* A new stream NAME (letters, digits, '.', '_', '-'; at most 64) of user
- * UID (group GID): creating an existing one reopens it, if it is UID's.
- * -ENOSPC with ORDER_MAX_STREAMS streams, or ORDER_USER_STREAMS of UID's
- * (users other than the daemon's and root), -EACCES (another user's
- * stream), -EINVAL for a bad name, -EROFS outside the directory. */
+ * UID (group GID): creating an existing one reopens it, if it is UID's
+ * (FLAGS are those of its first creation). -ENOSPC with ORDER_MAX_STREAMS
+ * streams, or ORDER_USER_STREAMS of UID's (users other than the daemon's
+ * and root), -EACCES (another user's stream), -EINVAL for a bad name,
+ * -EROFS outside the directory. */
 int order_create(struct order *o, uint64_t parent, const char *name, uint32_t uid, uint32_t gid,
-		 struct order_attr *a);
+		 unsigned flags, struct order_attr *a);
 /* Order text: LEN, or -EINVAL (a line that is no relative path inside the
  * mount: absolute, '..', an empty component, NUL, over 4095 bytes; the
  * lines before it are kept), -EFBIG (over ORDER_MAX_PATHS in all), -EDQUOT
