@@ -411,19 +411,25 @@ def _measure(it, t0, force=False):
             _close(fd)
 
 
-def batch_bytes(batch):
+def batch_bytes(batch, depth=0):
     """Bytes of the tensors and arrays in BATCH (nested tuples, lists and
-    dicts), what a worker process hands over in shared memory."""
+    dicts, 8 levels at most: a batch that holds itself is not followed
+    forever), what a worker process hands over in shared memory. What it
+    cannot size counts 0."""
+    if depth > 8:
+        return 0
     if isinstance(batch, (tuple, list)):
-        return sum(batch_bytes(x) for x in batch)
+        return sum(batch_bytes(x, depth + 1) for x in batch)
     if isinstance(batch, dict):
-        return sum(batch_bytes(x) for x in batch.values())
-    n = getattr(batch, "nbytes", None)          # numpy, torch >= 2.1
-    if isinstance(n, int):
-        return n
+        return sum(batch_bytes(x, depth + 1) for x in batch.values())
+    if isinstance(batch, (str, bytes, int, float, bool)) or batch is None:
+        return 0
     try:
+        n = getattr(batch, "nbytes", None)      # numpy, torch >= 2.1
+        if isinstance(n, int):
+            return n
         return int(batch.element_size()) * int(batch.nelement())
-    except (AttributeError, TypeError):
+    except Exception:                           # a property of the job's own that raises
         return 0
 
 
@@ -524,38 +530,34 @@ def _patch(dataloader_module):
 
     def _reset(self, loader, *args, **kwargs):
         self._epochfs_loader = loader
-        timer = _state["timer"]
         # A persistent-workers loader starts its next epoch here, not in
         # __init__ (which calls _reset with first_iter=True).
-        if timer is not None and not (args[:1] == (True,) or kwargs.get("first_iter")):
-            timer.epoch_start(self, loader)
+        if not (args[:1] == (True,) or kwargs.get("first_iter")):
+            _timer_epoch_start(self, loader)
         return orig_reset(self, loader, *args, **kwargs)
 
     orig_init = base.__init__
 
     def __init__(self, loader, *args, **kwargs):
         self._epochfs_loader = loader
-        timer = _state["timer"]
-        if timer is not None:
-            timer.epoch_start(self, loader)
+        _timer_epoch_start(self, loader)
         orig_init(self, loader, *args, **kwargs)
 
     orig_next = base.__next__
 
     def __next__(self):
-        timer = _state["timer"]
-        if timer is not None:
-            return timer.next(self, orig_next)
+        if _state["timer"] is not None:
+            return _timer_next(self, orig_next)
         if not _state["publish"]:
             return orig_next(self)
         t0 = time.perf_counter()
         try:
             batch = orig_next(self)
         except StopIteration:
-            _measure(self, t0, force=True)      # an epoch's end is always reported
+            _guarded(_measure, self, t0, force=True)    # an epoch's end is always reported
             raise
-        _measure(self, t0)
-        _declare_batches(self, batch)
+        _guarded(_measure, self, t0)
+        _guarded(_declare_batches, self, batch)
         return batch
 
     _next_index._epochfs = True
@@ -563,6 +565,84 @@ def _patch(dataloader_module):
     base._reset = _reset
     base.__init__ = __init__
     base.__next__ = __next__
+
+
+# ---- never the job's failure ------------------------------------------------
+# What the hook adds to a step (its reports, the timer) runs beside torch's
+# own code; an exception of its own is reported once and turns that part
+# off, and the step goes on with torch's batch. Torch's own exceptions
+# (StopIteration, a worker's error) reach the job as they would without it.
+
+def _give_up(it, e):
+    """The hook's reports for IT's loader end after error E (said once)."""
+    _say("error:%s" % type(e).__name__, "stopped reporting to the mount (%s: %s); the job runs as before"
+         % (type(e).__name__, e))
+    m = getattr(getattr(it, "_epochfs_loader", None), "_epochfs_meter", None)
+    if m is not None:
+        for fd in m["fds"].values():
+            _close(fd)
+        m["fds"].clear()
+
+
+def _guarded(fn, it, *args, **kwargs):
+    """FN(IT, ...), the hook's own work after a step: an exception ends
+    the loader's reports (_give_up), never the step."""
+    try:
+        fn(it, *args, **kwargs)
+    except Exception as e:
+        _give_up(it, e)
+
+
+def _timer_failed(timer, e):
+    """The armed TIMER raised E: disarmed, said once, on stderr."""
+    if _state["timer"] is timer:
+        _state["timer"] = None
+    _say("timer:%s" % type(e).__name__, "the step timer failed (%s: %s) and is off; the job runs as before"
+         % (type(e).__name__, e), who="epochfs")
+
+
+def _timer_epoch_start(it, loader):
+    timer = _state["timer"]
+    if timer is None:
+        return
+    try:
+        timer.epoch_start(it, loader)
+    except Exception as e:
+        _timer_failed(timer, e)
+
+
+def _timer_next(it, orig_next):
+    """The armed timer's next() in place of IT's __next__ (set_timer()). A
+    failure of the timer's own disarms it: the batch it fetched is
+    returned all the same, or fetched now if it had not been. What torch
+    raises (StopIteration, a worker's error) passes through as it is, and
+    so does a StopIteration of the timer's (it ends a replayed epoch)."""
+    timer = _state["timer"]
+    got = []
+    raised = []
+
+    def fetch(i):
+        try:
+            b = orig_next(i)
+        except BaseException as e:
+            raised.append(e)
+            raise
+        got.append(b)
+        return b
+
+    try:
+        return timer.next(it, fetch)
+    except StopIteration:
+        raise                           # the epoch's end: torch's, or the timer's replay ending it
+    except Exception as e:
+        if raised and raised[-1] is e:
+            raise                       # torch's own
+        _timer_failed(timer, e)
+    if got:
+        return got[-1]
+    if raised:
+        raise raised[-1]                # torch's, which the timer swallowed and replaced
+    return orig_next(it)
 
 
 def install(publish=True, timer=None, dataloader=None):

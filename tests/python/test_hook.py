@@ -226,6 +226,89 @@ class Timer(unittest.TestCase):
         self.assertEqual(len(t.calls), 10)
 
 
+class TimerFailures(unittest.TestCase):
+    """A timer that fails is the hook's failure, never the job's: it is
+    disarmed with one line on stderr and every batch still comes, in
+    order; torch's own exceptions and a timer's StopIteration pass as
+    they are."""
+
+    class Failing:
+        def __init__(self, where, after=0):
+            self.where, self.after, self.steps = where, after, 0
+
+        def epoch_start(self, it, loader):
+            if self.where == "start":
+                raise OSError(28, "No space left on device")
+
+        def next(self, it, orig):
+            self.steps += 1
+            if self.where == "before" and self.steps > self.after:
+                raise ValueError("before the fetch")
+            b = orig(it)
+            if self.where == "after" and self.steps > self.after:
+                raise KeyError("after the fetch")
+            return b
+
+    def setUp(self):
+        _hook.install(publish=False)
+        _hook._reported.clear()
+
+    def tearDown(self):
+        _hook.set_timer(None)
+
+    def run_loader(self, timer, **kw):
+        import contextlib
+        import io
+        _hook.set_timer(timer)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            seen = [[x.tolist() for x in DataLoader(list(range(10)), batch_size=4, **kw)] for _ in range(2)]
+        return seen, err.getvalue()
+
+    @unittest.skipIf(torch is None, "needs torch")
+    def test_every_batch_comes_whatever_the_timer_does(self):
+        want = [[[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]] * 2
+        for where, after in (("start", 0), ("before", 1), ("after", 0), ("after", 2)):
+            for kw in ({}, {"num_workers": 2}):
+                t = self.Failing(where, after)
+                _hook._reported.clear()
+                seen, err = self.run_loader(t, **kw)
+                self.assertEqual(seen, want, (where, after, kw))
+                self.assertIsNone(_hook.current_timer(), "a failed timer is disarmed")
+                self.assertEqual(err.count("the step timer failed"), 1, err)
+
+    @unittest.skipIf(torch is None, "needs torch")
+    def test_torch_errors_and_the_timers_stop_pass_through(self):
+        class Bad(Dataset):
+            def __len__(self):
+                return 4
+
+            def __getitem__(self, i):
+                raise RuntimeError("the dataset's own")
+
+        class Passing:
+            def epoch_start(self, it, loader):
+                pass
+
+            def next(self, it, orig):
+                return orig(it)
+
+        _hook.set_timer(Passing())
+        with self.assertRaisesRegex(RuntimeError, "the dataset's own"):
+            next(iter(DataLoader(Bad(), batch_size=2)))
+        self.assertIsNotNone(_hook.current_timer(), "the job's error is not the timer's")
+
+        class Short(Passing):
+            def next(self, it, orig):
+                if it._num_yielded >= 1:
+                    raise StopIteration     # a replayed epoch ends here
+                return orig(it)
+
+        _hook.set_timer(Short())
+        self.assertEqual([x.tolist() for x in DataLoader(list(range(10)), batch_size=4)], [[0, 1, 2, 3]])
+        self.assertIsNotNone(_hook.current_timer())
+
+
 @unittest.skipIf(torch is None or ImageFolder is None, "torch or torchvision is not installed")
 class Resolver(unittest.TestCase):
     @classmethod
@@ -398,6 +481,38 @@ class DeclaredBatches(unittest.TestCase):
         os.close(loader._epochfs_meter["fds"].pop("/m"))
         self.assertEqual(os.read(r, 100), b"#batches 12288\n")
         self.assertEqual(loader._epochfs_meter["batches"], 12288)
+
+    def test_what_it_cannot_size_counts_nothing(self):
+        class Raising:
+            @property
+            def nbytes(self):
+                raise RuntimeError("a lazy tensor of the job's own")
+
+        loop = []
+        loop.append(loop)
+        deep = [types.SimpleNamespace(nbytes=5)]
+        for _ in range(20):
+            deep = [deep]
+        self.assertEqual(_hook.batch_bytes((Raising(), "text", 3, None, loop, deep)), 0)
+        self.assertEqual(_hook.batch_bytes([types.SimpleNamespace(nbytes=5)] * 3), 15)
+
+    def test_a_failing_report_ends_the_reports_not_the_step(self):
+        import contextlib
+        import io
+        r, loader = self.meter_with_pipe()
+        w = loader._epochfs_meter["fds"]["/m"]
+        # A loader of the job's own making whose prefetch_factor is no
+        # number: the figure cannot be written (ValueError, not OSError).
+        it = types.SimpleNamespace(_epochfs_loader=loader, _num_workers=2, _prefetch_factor="two")
+        _hook._reported.clear()
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            _hook._guarded(_hook._declare_batches, it, (types.SimpleNamespace(nbytes=10),))
+        self.assertEqual(loader._epochfs_meter["fds"], {}, "the loader's reports end")
+        self.assertIn("stopped reporting to the mount (ValueError", err.getvalue())
+        with self.assertRaises(OSError):
+            os.fstat(w)                     # its descriptor closed
+        self.assertEqual(os.read(r, 100), b"")
 
     def test_nothing_without_workers(self):
         r, loader = self.meter_with_pipe()
