@@ -151,6 +151,8 @@ again:
 	/* Ours, 0700, reached through directories nobody else can change;
 	 * missing ones are made 0700. */
 	p->dirfd = trust_dir(p->dir, TRUST_CREATE | TRUST_OWN, &loose, why, sizeof(why));
+	if (p->dirfd == -ENOENT && ++tries < 8)
+		goto again;             /* a daemon stopping removed the empty root we were making in */
 	if (p->dirfd < 0) {
 		e = p->dirfd;
 		snprintf(err, errlen, "%s %s: not trusted: %s", what, p->dir, why);
@@ -295,6 +297,17 @@ uint64_t persist_capacity(const struct persist *p)
 	return p->capacity;
 }
 
+void persist_drop_root(const char *root)
+{
+	char def[256];
+
+	persist_default_root(def, sizeof(def));
+	if (strcmp(root, def))
+		return;
+	if (rmdir(root) < 0 && errno != ENOTEMPTY && errno != EEXIST && errno != ENOENT)
+		log_info("%s: left in place: %s", root, strerror(errno));
+}
+
 void persist_remove(struct persist *p)
 {
 	if (!p)
@@ -306,6 +319,13 @@ void persist_remove(struct persist *p)
 		int e = remove_state(p->dirfd, AT_FDCWD, p->dir);
 		if (e < 0 && e != -ENOTEMPTY)
 			log_warn("cache state %s: cannot remove it: %s", p->dir, strerror(-e));
+		else if (e == 0) {
+			char *slash = strrchr(p->dir, '/');
+			if (slash && slash != p->dir) {
+				*slash = '\0';         /* p->dir is freed right after */
+				persist_drop_root(p->dir);
+			}
+		}
 	}
 	persist_close(p);
 }

@@ -41,7 +41,8 @@
  * adopting it trusts nothing more than that. The default root is per user
  * (/dev/shm/epochfs-UID), so one user cannot block another's.
  *
- * Lifetime: a clean stop removes the state (persist_remove) unless the
+ * Lifetime: a clean stop removes the state (persist_remove), and the
+ * user's default root with it when that was its last state, unless the
  * mount keeps it on purpose (persist_mark_kept); a crash, kill -9 or the
  * OOM killer leaves it for the restart. persist_sweep() frees the
  * orphans no restart will come for; persist_list() shows an operator every

@@ -50,4 +50,12 @@ struct persist {
 int persist_table_open(struct persist *p, const struct stat *src, const char *source, uint64_t capacity,
 		       uint64_t manifest_id);
 
+/* persist.c: ROOT goes once its last state has: after a clean stop, or
+ * the sweep or an operator freed what was there, /dev/shm holds nothing of
+ * epochfs. Only this user's default root (persist_default_root: a
+ * --state-dir's parent is the user's own), and only when empty (another
+ * daemon's state keeps it). A daemon making its state there at that moment
+ * finds its parent gone and starts again (persist_open). */
+void persist_drop_root(const char *root);
+
 #endif

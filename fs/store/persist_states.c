@@ -400,7 +400,12 @@ int persist_list(const char *root, persist_state_fn fn, void *arg)
 
 int persist_free_states(const char *root, persist_state_fn fn, void *arg)
 {
-	return walk(root, 1, fn, arg);
+	char def[PATH_MAX];
+	int n = walk(root, 1, fn, arg);
+
+	persist_default_root(def, sizeof(def));
+	persist_drop_root(root ? root : def);
+	return n;
 }
 
 /* Whether the orphan S (its lock held by us) is to go: its mount point is
@@ -461,5 +466,7 @@ int persist_sweep(const char *root, const char *except)
 	closedir(d);
 	close(rootfd);
 	free(s);
+	if (removed)
+		persist_drop_root(root);
 	return removed;
 }

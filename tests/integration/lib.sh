@@ -23,12 +23,14 @@ cleanup() {
 }
 
 # drop_states: removes the cache states (docs/cache.md, "Restarts") the
-# daemons of this test left for mount points under $T.
+# daemons of this test left for mount points under $T (a kill -9 leaves
+# them), and the user's root once empty, as a daemon's clean stop does.
 drop_states() {
 	local o
 	for o in /dev/shm/epochfs-"$(id -u)"/*/owner; do
 		[ -f "$o" ] && grep -q "^mountpoint=$T/" "$o" && rm -rf "$(dirname "$o")"
 	done
+	rmdir /dev/shm/epochfs-"$(id -u)" 2>/dev/null
 	return 0
 }
 trap cleanup EXIT

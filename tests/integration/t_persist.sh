@@ -19,6 +19,8 @@ same() { diff -r -q "$T/src" "$M" >/dev/null || fail "$1: bytes through the moun
 st() { stat_of "$M" "$1"; }
 
 # The default: the state lives while the daemon does, and a clean stop frees it.
+ROOTDIR=/dev/shm/epochfs-$(id -u)
+others=$(ls -A "$ROOTDIR" 2>/dev/null)      # states of other daemons of this user, if any
 mount_ep "$T/src" "$M" --cache-size 64M
 [ "$(st persist)" = 1 ] || fail "persist is not on by default"
 dflt=$(st persist_state | sed 's/^on (crash): //')
@@ -27,7 +29,20 @@ dflt=$(st persist_state | sed 's/^on (crash): //')
 same "first mount"
 umount_ep
 [ ! -e "$dflt" ] || fail "a clean umount left the cache in $dflt ($(du -sh "$dflt" | cut -f1))"
-ok "by default a clean umount gives the RAM cache back: $dflt is gone"
+# The user's root goes with its last state; beside another daemon's it stays.
+[ -n "$others" ] || [ ! -e "$ROOTDIR" ] || fail "a clean umount left the empty root $ROOTDIR behind"
+mount_ep "$T/src" "$M" --cache-size 64M
+first=$EP_PID
+mkdir -p "$T/mnt2"
+"$EPOCHFS" -f --cache-size 16M "$T/src" "$T/mnt2" 2>"$T/daemon2.err" &
+second=$!
+wait_for mountpoint -q "$T/mnt2" || fail "a second daemon did not mount"
+fusermount3 -u "$M"; wait "$first" || fail "the first daemon exited with $?"
+EP_PID= EP_MNT=
+[ -d "$ROOTDIR" ] || fail "the root went while the second daemon's state was in it"
+fusermount3 -u "$T/mnt2"; wait "$second" || fail "the second daemon exited with $?"
+[ -n "$others" ] || [ ! -e "$ROOTDIR" ] || fail "the last clean umount left the empty root $ROOTDIR behind"
+ok "by default a clean umount gives the RAM cache back: $dflt is gone, and $ROOTDIR with the last state"
 
 mount_ep "$T/src" "$M" --cache-size 64M --state-dir "$S" --persist always
 [ "$(st persist_found)" = 0 ] || fail "a new state directory was taken for an old one"
@@ -177,5 +192,6 @@ mount_ep "$T/src" "$M" --cache-size 64M --no-persist
 [ "$(st persist_state)" = "off (--persist off)" ] || fail "persist_state: $(st persist_state)"
 [ ! -e "$dflt" ] || fail "--no-persist left the earlier state $dflt"
 grep -q "freed the cache state $dflt" "$T/daemon.err" || fail "not said: $(cat "$T/daemon.err")"
+[ -n "$others" ] || [ ! -e "$ROOTDIR" ] || fail "--no-persist freed the last state but left the empty root $ROOTDIR"
 umount_ep
-ok "--no-persist keeps nothing, and frees what a killed daemon left"
+ok "--no-persist keeps nothing, and frees what a killed daemon left (and the root it was in)"
