@@ -75,15 +75,21 @@ EP_PID=$!
 EP_MNT=$T/m
 mkdir -p "$T/m"
 wait_for mountpoint -q "$T/m" || fail "the daemon did not mount"
+# run_job WHAT: the job under epochfs-run in its cgroup; its output in
+# $have, and in $said the most bytes of batches the mount counted while it
+# ran (the loader's word lives with its stream, which ends with the job:
+# read by a poller).
+run_job() {
+	(while :; do stat_of "$T/m" mem_job_batches_bytes 2>/dev/null; sleep 0.2; done > "$T/said") &
+	local poll=$!
+	have=$(in_cg "$ROOT/$BUILD/epochfs-run" -- /usr/bin/python3 "$T/job.py" "$T/m" 2>"$T/run.err") ||
+		{ kill $poll; fail "$1: the job under epochfs-run failed: $(tail -5 "$T/run.err")"; }
+	kill $poll; wait $poll 2>/dev/null
+	said=$(sort -n "$T/said" | tail -1)
+}
 # The loader's word: what its 2 workers x 2 batches of 32 may hold at
-# once, counted in the job's peak while its stream lives (read by a
-# poller: the stream ends with the job).
-(while :; do stat_of "$T/m" mem_job_batches_bytes 2>/dev/null; sleep 0.2; done > "$T/said") &
-POLL=$!
-have=$(in_cg "$ROOT/$BUILD/epochfs-run" -- /usr/bin/python3 "$T/job.py" "$T/m" 2>"$T/run.err") ||
-	{ kill $POLL; fail "the job under epochfs-run failed: $(tail -5 "$T/run.err")"; }
-kill $POLL; wait $POLL 2>/dev/null
-said=$(sort -n "$T/said" | tail -1)
+# once, counted in the job's peak.
+run_job "shared"
 [ "$said" = $((2 * 2 * (32 * 3 * 224 * 224 * 4 + 32 * 8))) ] ||
 	fail "the mount took ${said:-nothing} bytes of batches from the loader, want 2 x 2 x 19267840"
 grep -q "DataLoader orders go to" "$T/run.err" || fail "epochfs-run told no order: $(cat "$T/run.err")"
@@ -117,14 +123,9 @@ echo 3 > /proc/sys/vm/drop_caches
 	"$T/src" "$T/m" 2>"$T/daemon.err") &
 EP_PID=$!
 wait_for mountpoint -q "$T/m" || fail "the daemon did not mount in its own cgroup"
-(while :; do stat_of "$T/m" mem_job_batches_bytes 2>/dev/null; sleep 0.2; done > "$T/said") &
-POLL=$!
-have=$(in_cg "$ROOT/$BUILD/epochfs-run" -- /usr/bin/python3 "$T/job.py" "$T/m" 2>"$T/run.err") ||
-	{ kill $POLL; fail "the job beside a daemon in its own cgroup failed: $(tail -5 "$T/run.err")"; }
-kill $POLL; wait $POLL 2>/dev/null
+run_job "split"
 [ "$have" = "$(cat "$T/want")" ] || fail "split: the job read other bytes: $have"
 [ "$(stat_of "$T/m" order_paths)" -ge 600 ] || fail "split: the mount took $(stat_of "$T/m" order_paths) paths of 600"
-said=$(sort -n "$T/said" | tail -1)
 [ "${said:-x}" = 0 ] || fail "split: the daemon counted ${said:-nothing} bytes of a job's batches that are not in its cgroup"
 [ "$(stat_of "$T/m" cache_given_back_bytes)" = 0 ] || fail "split: the cache gave $(stat_of "$T/m" cache_given_back_bytes) B back"
 oom=$(awk '/^oom_kill / {s += $2} END {print s + 0}' "$CG/memory.oom_control" "$CGD/memory.oom_control")
