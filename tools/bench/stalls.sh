@@ -214,10 +214,11 @@ if case " $CONFIGS " in *" ram "*) true ;; *) false ;; esac; then
 fi
 for workers in $WORKERSS; do
 	# The pipeline's own memory: its peak in an unlimited cgroup, all data in RAM.
-	# The cgroup is emptied first: pages the runs before left charged to it
-	# (another worker count's native and epochfs reads) would count in the
-	# peak (part 8's four-worker peak, measured after its one-worker runs,
-	# came to 1,061 MiB where part 7's own measured 628-724).
+	# The cgroup is emptied first, so that pages the runs before left charged
+	# to it (another worker count's native reads) cannot count in the peak.
+	# (They were not what made part 8's four-worker peak large: emptied, it
+	# is still 1,201 MiB on 2026-11-28, against 1,310 without; unlimited,
+	# four workers' libraries and private copies take that much.)
 	limit -1; throttle 0
 	echo 0 > "$MEMCG/memory.force_empty" 2>/dev/null || true
 	echo 0 > "$MEMCG/memory.max_usage_in_bytes" 2>/dev/null || true
