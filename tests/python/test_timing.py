@@ -170,11 +170,14 @@ class Timing(unittest.TestCase):
         self.assertEqual(w["steps"], steps)
         self.assertEqual(w["items"], ITEMS)
         # epoch 1's items took what __getitem__ measured; the wait holds it
-        # and little else (collation, the sampler: at most 5%, or 2 ms a
-        # step on a machine busy enough that those take longer).
+        # and none of the training step. What else it holds (collation, the
+        # sampler) is overhead whose size depends on how busy the machine is
+        # (24.5 ms for 12 steps on a loaded CI machine), so the bound is half
+        # the steps' compute: a wait that took in the step (+120 ms) or
+        # counted prep twice (+240 ms) still fails it, noise does not.
         prep = sum(ds.took[ITEMS:2 * ITEMS])
         self.assertGreater(w["wait"], 0.98 * prep, (w, prep))
-        self.assertLess(w["wait"] - prep, max(0.05 * prep, 0.002 * steps), (w, prep))
+        self.assertLess(w["wait"] - prep, 0.5 * steps * COMPUTE, (w, prep))
         body = sum(self.body[steps:2 * steps])
         self.assertLess(abs(w["compute"] - body) / body, 0.05, (w, body))
         self.assertGreater(w["compute"], steps * COMPUTE)
