@@ -342,6 +342,8 @@ int main(int argc, char **argv)
 		.readahead = o.readahead,
 		.foreground = o.foreground,
 		.debug = o.debug, .handle_open = o.handle_open, .read_only = !o.prep,
+		.fuse_uring = o.fuse_uring == OPTIONS_URING_ON ? OPS_URING_ON :
+			      o.fuse_uring == OPTIONS_URING_OFF ? OPS_URING_OFF : OPS_URING_AUTO,
 	};
 	if (!fsname) {
 		log_error("SOURCE %s: %s", o.source, strerror(errno));

@@ -100,6 +100,22 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 		fuse_unset_feature_flag(conn, FUSE_CAP_WRITEBACK_CACHE);
 		s->cfg.handle_open = 1;
 	}
+	/* FUSE over io_uring: libfuse was asked for it unless --fuse-uring off
+	 * (ops_session.c); kept here when the kernel offers it. */
+#ifdef FUSE_CAP_OVER_IO_URING
+	if (s->uring_off) {
+		fuse_unset_feature_flag(conn, FUSE_CAP_OVER_IO_URING);
+		core_set_transport(s->c, s->uring_off);
+	} else if (!(conn->capable_ext & FUSE_CAP_OVER_IO_URING)) {
+		core_set_transport(s->c, "dev: the kernel does not offer io_uring (the fuse module's "
+				   "enable_uring is off: --fuse-uring on turns it on, as root)");
+	} else {
+		fuse_set_feature_flag(conn, FUSE_CAP_OVER_IO_URING);
+		core_set_transport(s->c, "io_uring");
+	}
+#else
+	core_set_transport(s->c, s->uring_off);
+#endif
 	s->no_opendir = (conn->capable_ext & FUSE_CAP_NO_OPENDIR_SUPPORT) != 0;
 	if (!(conn->capable_ext & FUSE_CAP_NO_OPEN_SUPPORT) && !s->cfg.handle_open) {
 		log_warn("the kernel cannot skip open(); every open costs a round trip");
@@ -315,6 +331,10 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
 	(void)fi;
+#ifdef FUSE_CAP_OVER_IO_URING
+	if (fuse_req_is_uring(req))
+		core_count_uring_read(C(req));
+#endif
 	/* Valid replies: buf or err, from read_done(), maybe later on another
 	 * thread (storage completion, a peer, a prep worker). */
 	core_read(C(req), ino, off, size, read_done, req);

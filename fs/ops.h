@@ -13,6 +13,13 @@
 
 #include "core/core.h"
 
+/* Which channel the kernel's requests come by (--fuse-uring). */
+enum ops_uring {
+	OPS_URING_AUTO = 0,         /* io_uring when the kernel offers it, else /dev/fuse */
+	OPS_URING_ON,               /* the same, and the kernel's switch set first (root) */
+	OPS_URING_OFF,              /* /dev/fuse always */
+};
+
 struct ops_config {
 	const char *mountpoint;
 	const char *fuse_opts;      /* user's -o options, may be "" */
@@ -24,6 +31,7 @@ struct ops_config {
 	int foreground, debug;
 	int handle_open;
 	int read_only;              /* mount "ro": no .prep/ to write specs to */
+	int fuse_uring;             /* enum ops_uring */
 };
 
 struct ops_session;

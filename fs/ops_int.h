@@ -48,6 +48,7 @@ struct ops_session {
 	int log_fd;
 	int no_opendir;             /* kernel can skip OPENDIR */
 	int readahead_set;          /* the bdi took --readahead's window (INIT says it too) */
+	const char *uring_off;      /* why libfuse was not asked for io_uring; NULL: it was */
 	struct notifier nt;
 };
 

@@ -19,6 +19,13 @@
  *   sysfs between the mount and the loop: the kernel sent INIT with the old
  *   window, and takes the smaller of the bdi's and INIT's reply, so op_init
  *   answers with the new one too (ops.c).
+ * - FUSE over io_uring (--fuse-uring): libfuse is asked for it (its
+ *   io_uring option) unless off; op_init (ops.c) keeps it when the kernel
+ *   offers it. The kernel offers it only while the fuse module's
+ *   enable_uring switch is on: `on` sets the switch before the mount
+ *   (root), auto takes the host as it is. libfuse starts one ring thread a
+ *   CPU after INIT and falls back to /dev/fuse if that fails; its message
+ *   is watched for (watch_fuse_log) so stats.json says which is in use.
  * - Notices go out from the notifier thread (a struct worker, util/
  *   worker.h), never from the thread that found the change: that may be a
  *   FUSE worker inside a LOOKUP of the very directory the notice
@@ -210,6 +217,126 @@ static void report_refusal(void)
 	log_error("invalid mount options: %s", m[0] ? m : "refused by libfuse");
 }
 
+/* ---- FUSE over io_uring (--fuse-uring) ---- */
+
+#define URING_SWITCH "/sys/module/fuse/parameters/enable_uring"
+/* Requests in flight a ring (one a CPU) holds; libfuse's default is 8.
+ * Reads the daemon parks (a .prep/ batch not made yet, a load in flight)
+ * hold an entry each, and a CPU whose entries are all parked queues its
+ * other requests in the kernel. Each entry's buffer is virtual memory of
+ * libfuse's request size (1 MiB); what a reply writes becomes resident. */
+#define URING_DEPTH 16
+
+/* The kernel's switch: 1 on, 0 off, -ENOENT when the kernel has no FUSE
+ * over io_uring, or another -errno. */
+static int uring_switch(void)
+{
+	char v[4] = "";
+	int fd = open(URING_SWITCH, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), err = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (read(fd, v, sizeof(v) - 1) < 1)
+		err = -EIO;
+	close(fd);
+	return err ? err : (v[0] == 'Y' || v[0] == '1');
+}
+
+/* --fuse-uring on: the switch on, or -errno after one line saying why. */
+static int uring_turn_on(void)
+{
+	int on = uring_switch(), fd, err = 0;
+
+	if (on == 1)
+		return 0;
+	if (on == -ENOENT) {
+		log_error("--fuse-uring on: this kernel has no FUSE over io_uring (Linux 6.14 or newer, "
+			  "built with CONFIG_FUSE_IO_URING); --fuse-uring auto uses /dev/fuse");
+		return -EOPNOTSUPP;
+	}
+	fd = open(URING_SWITCH, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0 || write(fd, "Y", 1) != 1)
+		err = -errno;
+	if (fd >= 0)
+		close(fd);
+	if (err || uring_switch() != 1) {
+		log_error("--fuse-uring on: cannot turn on the kernel's switch (" URING_SWITCH "): %s; "
+			  "as root: echo Y > " URING_SWITCH ", or --fuse-uring auto",
+			  strerror(err ? -err : EIO));
+		return err ? err : -EIO;
+	}
+	log_info("--fuse-uring on: turned on the kernel's FUSE over io_uring (" URING_SWITCH ")");
+	return 0;
+}
+
+/* Whether this session asks libfuse for io_uring (then its options in OPTS
+ * get libfuse's io_uring options) and, if not, why (S->uring_off). 0, or
+ * -errno after one line when --fuse-uring on cannot be had. */
+static int uring_ask(struct ops_session *s, const struct ops_config *cfg, char *opts, size_t size)
+{
+	/* auto_unmount: fusermount3 unmounts a dead daemon's mount only if
+	 * the connection is already gone when the daemon's socket closes; over
+	 * io_uring the kernel ends it from the ring's teardown, about 30 ms
+	 * after the process (measured), and the mount stayed. */
+	const char *o = cfg->fuse_opts ? cfg->fuse_opts : "";
+	int unmount = 0;
+
+	for (const char *p = o; *p; p += strcspn(p, ","), p += *p == ',')
+		unmount |= !strncmp(p, "auto_unmount", 12) && (p[12] == ',' || !p[12]);
+	if (cfg->fuse_uring == OPS_URING_OFF) {
+		s->uring_off = "dev: --fuse-uring off";
+		return 0;
+	}
+	if (unmount) {
+		if (cfg->fuse_uring == OPS_URING_ON) {
+			log_error("--fuse-uring on: not with -o auto_unmount (over io_uring a killed daemon's "
+				  "connection ends after fusermount3 looks, and the mount would stay)");
+			return -EINVAL;
+		}
+		s->uring_off = "dev: -o auto_unmount (over io_uring a killed daemon's mount would stay)";
+		return 0;
+	}
+#ifdef FUSE_CAP_OVER_IO_URING
+	int err;
+
+	if (cfg->fuse_uring == OPS_URING_ON && (err = uring_turn_on()) < 0)
+		return err;
+	size_t used = strlen(opts);
+	snprintf(opts + used, size - used, ",io_uring,io_uring_q_depth=%d", URING_DEPTH);
+	return 0;
+#else
+	(void)opts;
+	(void)size;
+	if (cfg->fuse_uring == OPS_URING_ON) {
+		log_error("--fuse-uring on: libfuse %s has no FUSE over io_uring (3.18 or newer: "
+			  "make LIBFUSE=built, docs/install.md)", fuse_pkgversion());
+		return -EOPNOTSUPP;
+	}
+	s->uring_off = "dev: this libfuse has no FUSE over io_uring (3.18 or newer)";
+	return 0;
+#endif
+}
+
+/* libfuse's messages once the session exists: printed as before (to the
+ * log once detached), and its word that the rings did not start (it then
+ * serves through /dev/fuse) is told to stats.json. One session a process. */
+static struct core *uring_core;
+
+static void watch_fuse_log(enum fuse_log_level level, const char *fmt, va_list ap)
+{
+	char m[512];
+
+	(void)level;
+	vsnprintf(m, sizeof(m), fmt, ap);
+	if (strstr(m, "io-uring") && strstr(m, "fail")) {
+		struct core *c = __atomic_load_n(&uring_core, __ATOMIC_ACQUIRE);
+
+		if (c)
+			core_set_transport(c, "dev: io_uring did not start (the daemon's log has libfuse's reason)");
+	}
+	fputs(m, stderr);
+}
+
 int ops_session_new(const struct ops_config *cfg, struct ops_session **out)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
@@ -239,6 +366,10 @@ int ops_session_new(const struct ops_config *cfg, struct ops_session **out)
 	}
 	snprintf(w, sizeof(opts) - (size_t)(w - opts), "%s%s%s", cfg->fuse_opts && cfg->fuse_opts[0] ? "," : "",
 		 cfg->fuse_opts ? cfg->fuse_opts : "", cfg->read_only ? ",ro" : "");
+	if ((err = uring_ask(s, cfg, opts, sizeof(opts))) < 0) {
+		ops_session_free(s);
+		return err;
+	}
 	if (fuse_opt_add_arg(&args, "epochfs") || fuse_opt_add_arg(&args, "-o") ||
 	    fuse_opt_add_arg(&args, opts) || (cfg->debug && fuse_opt_add_arg(&args, "-d"))) {
 		fuse_opt_free_args(&args);
@@ -376,6 +507,8 @@ int ops_session_run(struct ops_session *s, struct core *c)
 		ret = -ENOMEM;
 	} else {
 		request_slice(s, c);
+		__atomic_store_n(&uring_core, c, __ATOMIC_RELEASE);
+		fuse_set_log_func(watch_fuse_log);
 		fuse_loop_cfg_set_clone_fd(lc, 1);
 		fuse_loop_cfg_set_max_threads(lc, s->cfg.threads);
 		fuse_loop_cfg_set_idle_threads(lc, s->cfg.threads);
@@ -394,6 +527,8 @@ int ops_session_run(struct ops_session *s, struct core *c)
 	worker_stop(&s->nt.w);
 	fuse_session_unmount(s->se);
 	fuse_remove_signal_handlers(s->se);
+	fuse_set_log_func(NULL);
+	__atomic_store_n(&uring_core, NULL, __ATOMIC_RELEASE);
 	return ret;
 }
 

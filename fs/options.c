@@ -21,7 +21,7 @@ enum {
 	OPT_CACHE_REMOTE, OPT_NO_PEERS, OPT_MANIFEST, OPT_PREFETCH_MEM, OPT_PREFETCH_WINDOW, OPT_ORDER_EXPIRE,
 	OPT_NO_ORDER, OPT_PAGE_CACHE, OPT_NO_MEM_WATCH, OPT_STATE_DIR, OPT_NO_PERSIST, OPT_PERSIST,
 	OPT_CACHE_DIR, OPT_CACHE_DIR_SIZE, OPT_CACHE_DIR_IO, OPT_METRICS_ADDR, OPT_PASSTHROUGH,
-	OPT_REQUEST_SLICE, OPT_READAHEAD,
+	OPT_REQUEST_SLICE, OPT_READAHEAD, OPT_FUSE_URING,
 };
 
 static const struct option longopts[] = {
@@ -37,6 +37,7 @@ static const struct option longopts[] = {
 	{ "no-watch", no_argument, NULL, OPT_NO_WATCH },
 	{ "open", no_argument, NULL, OPT_OPEN },
 	{ "passthrough", required_argument, NULL, OPT_PASSTHROUGH },
+	{ "fuse-uring", required_argument, NULL, OPT_FUSE_URING },
 	{ "log", required_argument, NULL, OPT_LOG },
 	{ "cache-size", required_argument, NULL, OPT_CACHE_SIZE },
 	{ "cache-chunk", required_argument, NULL, OPT_CACHE_CHUNK },
@@ -120,6 +121,12 @@ void options_usage(void *fp, const char *prog)
 		"                       files no store holds, once the cache is full, are read\n"
 		"                       by the kernel from SOURCE too (not with peers,\n"
 		"                       --cache-dir or --manifest)\n"
+		"      --fuse-uring auto|on|off  take the kernel's requests over io_uring\n"
+		"                       (FUSE over io_uring: Linux 6.14+, one ring thread a\n"
+		"                       CPU, no read()/write() a request) instead of\n"
+		"                       /dev/fuse. auto (the default): when the kernel offers\n"
+		"                       it (the fuse module's enable_uring is Y); on: also\n"
+		"                       sets enable_uring, which needs root\n"
 		"      --log FILE       where the daemon writes its messages once detached\n"
 		"      --metrics-addr HOST:PORT  serve the counters over HTTP for Prometheus:\n"
 		"                       /metrics (its text format) and /stats.json, as in\n"
@@ -530,6 +537,16 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 				o->passthrough = CORE_PT_OFF;
 			else
 				FAIL("--passthrough %s: expected auto, on or off", optarg);
+			break;
+		case OPT_FUSE_URING:
+			if (!strcmp(optarg, "auto"))
+				o->fuse_uring = OPTIONS_URING_AUTO;
+			else if (!strcmp(optarg, "on"))
+				o->fuse_uring = OPTIONS_URING_ON;
+			else if (!strcmp(optarg, "off"))
+				o->fuse_uring = OPTIONS_URING_OFF;
+			else
+				FAIL("--fuse-uring %s: expected auto, on or off", optarg);
 			break;
 		case OPT_LOG:
 			o->log_file = optarg;

@@ -10,6 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* --fuse-uring: the kernel's requests over io_uring (ops.h, ops_config). */
+enum { OPTIONS_URING_AUTO = 0, OPTIONS_URING_ON, OPTIONS_URING_OFF };
+
 struct options {
 	const char *source;
 	const char *mountpoint;
@@ -24,6 +27,7 @@ struct options {
 	int watch;                  /* follow changes with inotify */
 	int handle_open;            /* answer open() in the daemon (no FUSE no_open) */
 	int passthrough;            /* --passthrough: enum core_passthrough_mode (0: auto) */
+	int fuse_uring;             /* --fuse-uring: OPTIONS_URING_* (0: auto) */
 	int cache_size_set;         /* --cache-size given (else the default) */
 	uint64_t cache_size;        /* bytes; 0 disables the RAM cache */
 	uint64_t cache_chunk;       /* item size for large files */

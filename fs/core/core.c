@@ -656,6 +656,16 @@ void core_set_readahead(struct core *c, uint64_t bytes)
 	__atomic_store_n(&c->readahead_bytes, bytes, __ATOMIC_RELAXED);
 }
 
+void core_set_transport(struct core *c, const char *text)
+{
+	__atomic_store_n(&c->transport, text, __ATOMIC_RELEASE);
+}
+
+void core_count_uring_read(struct core *c)
+{
+	stats_add(&c->stats, STAT_URING_READS, 1);
+}
+
 void core_probe_answer(struct core *c, void *cookie, int resident)
 {
 	prefetch_probed(c->pf, cookie, resident);

@@ -282,6 +282,13 @@ void core_set_request_slice(struct core *c, uint64_t ns);
  * bytes, or 0 when it left the kernel's. For stats.json
  * ("readahead_bytes"); any thread, any time. */
 void core_set_readahead(struct core *c, uint64_t bytes);
+/* How the kernel's requests reach the adapter, for stats.json
+ * ("fuse_transport"): "io_uring", or "dev: WHY" (/dev/fuse). TEXT must
+ * outlive the core (a string literal); any thread, any time. */
+void core_set_transport(struct core *c, const char *text);
+/* One read request came over FUSE's io_uring ("fuse_uring_reads"): the
+ * adapter's proof that the transport it asked for is the one in use. */
+void core_count_uring_read(struct core *c);
 /* How long after a file was read to its end its kernel copy should go:
  * longer while memory is calm (a reader may come back to it), short under
  * pressure (every copy in the kernel squeezes the job). Seconds. */

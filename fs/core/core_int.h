@@ -77,6 +77,7 @@ struct core {
 	int drop_delay_ms;          /* atomic: that long after (core_copy_drop_delay) */
 	uint64_t request_slice_ns;  /* atomic: the request threads' slice (core_set_request_slice) */
 	uint64_t readahead_bytes;   /* atomic: the mount's readahead window (core_set_readahead) */
+	const char *transport;      /* atomic: how requests arrive (core_set_transport); NULL until INIT */
 	uint64_t man_files, man_unverified;     /* records bound; files it cannot check */
 	struct source sources[CORE_MAX_SOURCES + 1];    /* tried in order; storage last (core_start) */
 	int nsources;

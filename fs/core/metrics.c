@@ -93,6 +93,12 @@ int core_samples(struct core *c, struct sample *out, int max)
 					    .text = pa ? pa : "unknown: the kernel has not connected yet" };
 	GAUGE("passthrough_open_files", "Files open now whose reads the kernel serves from the RAM cache",
 	      core_pt_open_files(c));
+	const char *tr = __atomic_load_n(&c->transport, __ATOMIC_ACQUIRE);
+	if (n < max)
+		out[n++] = (struct sample){ .name = "fuse_transport", .kind = SAMPLE_INFO,
+					    .help = "How the kernel's requests reach the daemon: io_uring, or "
+						    "dev (/dev/fuse) and why",
+					    .text = tr ? tr : "unknown: the kernel has not connected yet" };
 	GAUGE("request_slice_ns", "The CPU time slice the FUSE request threads run with, when they asked "
 	      "for one (--request-slice); 0: the kernel's default",
 	      __atomic_load_n(&c->request_slice_ns, __ATOMIC_RELAXED));

@@ -31,6 +31,8 @@ static const struct {
 	[STAT_PT_REGISTERED] = { "passthrough_registered", "Backing files registered with the kernel (one per file while it is open)" },
 	[STAT_PT_SOURCE_OPENS] = { "passthrough_source_opens", "Opens of a file no store held, while the RAM cache had no room for it, answered with the file in SOURCE: the kernel reads it there itself" },
 	[STAT_PT_SOURCE_BYTES] = { "passthrough_source_bytes", "The sizes of the files opened so: at most what the kernel read from SOURCE for them" },
+	[STAT_URING_READS] = { "fuse_uring_reads", "Read requests the kernel sent over FUSE's io_uring "
+			       "(--fuse-uring), not through /dev/fuse" },
 	[STAT_PT_BUSY] = { "passthrough_busy", "Opens of a file the RAM cache holds whole that went through the daemon, because an open of it already did" },
 	[STAT_PT_ERRORS] = { "passthrough_errors", "Backing files the kernel refused (the file was read through the daemon)" },
 };

@@ -1,5 +1,5 @@
 # The request threads' time slice (--request-slice, util/sched.h): the
-# threads that answer FUSE requests (fuse_worker) or finish them (the
+# threads that answer FUSE requests (fuse_worker; fuse-ring-N over io_uring) or finish them (the
 # io_uring completion thread, epochfs-io) run on the short slice asked for
 # and every other thread of the daemon on the kernel's default; stats.json
 # says what they got; 0 leaves the kernel's default; a value out of range
@@ -37,7 +37,7 @@ fi
 grep -q '^se\.slice ' "/proc/$EP_PID/task/$EP_PID/sched" 2>/dev/null ||
 	{ umount_ep; skip "/proc/PID/sched shows no se.slice (CONFIG_SCHED_DEBUG, Linux 6.12+)"; }
 s=$(slices "$EP_PID")
-req='^(fuse_worker|epochfs-io|epochfs-peer)$'
+req='^(fuse_worker|fuse-ring-[0-9]+|epochfs-io|epochfs-peer)$'
 echo "$s" | grep -q '^fuse_worker ' || fail "no request thread found: $s"
 echo "$s" | grep -q '^epochfs-io ' || fail "no io_uring completion thread found: $s"
 echo "$s" | awk -v r="$req" '$1 ~ r && $2 != 100000 {bad = 1} END {exit bad}' ||

@@ -338,3 +338,20 @@ Test(options, passthrough_options)
 	cr_expect_eq(parse(&o, err, "--passthrough", "yes", "s", "m", NULL), -EINVAL);
 	cr_expect(strstr(err, "--passthrough yes: expected auto, on or off"), "%s", err);
 }
+
+Test(options, fuse_uring_options)
+{
+	struct options o;
+	char err[256];
+
+	cr_assert_eq(parse(&o, err, "s", "m", NULL), 0);
+	cr_expect_eq(o.fuse_uring, OPTIONS_URING_AUTO, "auto by default");
+	cr_assert_eq(parse(&o, err, "--fuse-uring", "on", "s", "m", NULL), 0);
+	cr_expect_eq(o.fuse_uring, OPTIONS_URING_ON);
+	cr_assert_eq(parse(&o, err, "s", "m", "-o", "fuse_uring=off", NULL), 0, "%s", err);
+	cr_expect_eq(o.fuse_uring, OPTIONS_URING_OFF);
+	cr_assert_eq(parse(&o, err, "--fuse-uring", "auto", "s", "m", NULL), 0);
+	cr_expect_eq(o.fuse_uring, OPTIONS_URING_AUTO);
+	cr_expect_eq(parse(&o, err, "--fuse-uring", "1", "s", "m", NULL), -EINVAL);
+	cr_expect(strstr(err, "--fuse-uring 1: expected auto, on or off"), "%s", err);
+}

@@ -59,7 +59,10 @@
 # pipeline, in % of D instead of 50), STALL_RAM_EACH (0: the ram configuration
 # only once per worker count, for the pipeline's memory), STALL_TRACE (a file: every 0.25 s, the device bytes and the mount's
 # counters, to see when the disk idles), STALL_SLACK_MB (88, issue 28's setup: the memory beside
-# the pipeline and the cache).
+# the pipeline and the cache), STALL_FUSE_URING (on, the default: the
+# kernel's FUSE-over-io_uring switch is turned on for the run, as
+# docs/install.md recommends for a host, and put back after, so the
+# daemon's --fuse-uring auto uses it; keep: the host's switch as it is).
 # Where the cgroup v2 hierarchy is mounted beside v1 (/sys/fs/cgroup/unified),
 # job and daemon also share a v2 cgroup: the memory pressure (PSI) the
 # analyzer reads is then theirs, not the machine's.
@@ -91,8 +94,11 @@ BLKCG=$BLKROOT/epochfs-stalls-$$
 CPUCG=/sys/fs/cgroup/cpuacct/epochfs-stalls-$$   # CPU of job + daemon, when there
 UNICG=/sys/fs/cgroup/unified/epochfs-stalls-$$   # their memory pressure (PSI), when there
 SHM=/dev/shm/epochfs-stalls-$$
+URING_SW=/sys/module/fuse/parameters/enable_uring
+URING_WAS=
 bench_cleanup_more() {
 	[ -n "$EP_PID" ] && wait "$EP_PID" 2>/dev/null
+	[ -n "$URING_WAS" ] && echo "$URING_WAS" > "$URING_SW"
 	rm -rf "$SHM"
 	[ -n "${LOOPMNT:-}" ] && { umount "$LOOPMNT" 2>/dev/null || umount -l "$LOOPMNT"; }
 	for _ in $(seq 50); do
@@ -110,6 +116,10 @@ CGS="$MEMCG $BLKCG $CPUCG $UNICG"
 DAEMON_CGS=$CGS                 # split: "$MEMCG_D $BLKCG $CPUCG"
 
 thrash_dataset "$DATA" "$FILES"
+if [ "${STALL_FUSE_URING:-on}" = on ] && [ -w "$URING_SW" ]; then
+	URING_WAS=$(cat "$URING_SW")
+	echo Y > "$URING_SW"
+fi
 if [ "${STALL_LOOP:-0}" = 1 ]; then
 	# SOURCE on a device of its own: a loop-mounted ext4 copy of the dataset.
 	LOOPMNT=$W/slow
@@ -209,6 +219,7 @@ stat0() { stat_of "$1" 2>/dev/null || echo 0; }
 
 : > "$ROWS"
 echo "== part 7: data stalls of an unmodified torchvision job: $FILES files, D = $((D / 1000000)) MB, $EPOCHS epochs (>= 1 count), device $DEVNO"
+echo "FUSE over io_uring (the kernel's switch): $(cat "$URING_SW" 2>/dev/null || echo "not in this kernel")${URING_WAS:+ (turned on for this run; was $URING_WAS)}"
 if case " $CONFIGS " in *" ram "*) true ;; *) false ;; esac; then
 	cp -a "$SRC" "$SHM"
 fi
