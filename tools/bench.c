@@ -109,18 +109,46 @@ static long long storage_bytes(const char *statsfile)
 	return (long long)mstats_get(&m, "storage_read_bytes", -1);
 }
 
+/* The daemon's CPU seconds so far (stats.json's cpu_seconds), or -1. */
+static double daemon_cpu(const char *statsfile)
+{
+	struct mstats m;
+
+	if (!statsfile || mstats_read(statsfile, &m) < 0)
+		return -1;
+	return mstats_get(&m, "cpu_seconds", -1);
+}
+
+/* Drops the kernel's clean page cache (root): every epoch then reaches
+ * the file system below, as a dataset larger than the page cache would. */
+static int drop_page_cache(void)
+{
+	int fd, err = 0;
+
+	sync();
+	errno = 0;
+	fd = open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write(fd, "1", 1) != 1)
+		err = errno ? errno : EIO;
+	if (fd >= 0)
+		close(fd);
+	return -err;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: epochfs-bench DIR [--epochs E] [--threads T] [--seed S] [--json]\n"
+		"usage: epochfs-bench DIR [--epochs E] [--threads T] [--seed S] [--drop-caches] [--json]\n"
 		"\n"
 		"Reads every file under DIR once per epoch, whole, in a fresh random order,\n"
 		"and prints files/s and MB/s per epoch, the bytes this process pulled from\n"
 		"block devices (/proc/self/io), and, inside an epochfs mount, the bytes the\n"
-		"daemon read from storage during the epoch.\n"
+		"daemon read from storage during the epoch, and the daemon's CPU per file.\n"
 		"  --epochs E    epochs to run (default 3)\n"
 		"  --threads T   reader threads (default 2)\n"
 		"  --seed S      seed of the permutations (default 1)\n"
+		"  --drop-caches drop the kernel's page cache before each epoch (root), so\n"
+		"                that every epoch reaches the file system under DIR\n"
 		"  --json        one JSON object per epoch instead of text\n"
 		"  -V, --version print the version\n");
 }
@@ -130,11 +158,12 @@ int main(int argc, char **argv)
 	static const struct option lo[] = {
 		{ "epochs", required_argument, NULL, 'e' }, { "threads", required_argument, NULL, 't' },
 		{ "seed", required_argument, NULL, 's' },   { "json", no_argument, NULL, 'j' },
+		{ "drop-caches", no_argument, NULL, 'D' },
 		{ "help", no_argument, NULL, 'h' },         { "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	unsigned epochs = 3, threads = 2, seed = 1;
-	int c, json = 0, failed = 0;
+	int c, json = 0, failed = 0, drop = 0;
 	char statsbuf[PATH_MAX + 32];
 	const char *statsfile;
 
@@ -146,6 +175,7 @@ int main(int argc, char **argv)
 		case 't': bad = options_parse_uint(optarg, 1, 1024, &threads); break;
 		case 's': bad = options_parse_uint(optarg, 0, 4000000000u, &seed); break;
 		case 'j': json = 1; break;
+		case 'D': drop = 1; break;
 		case 'h': usage(stdout); return 0;
 		case 'V': printf("epochfs-bench %s\n", EPOCHFS_VERSION); return 0;
 		default:
@@ -178,7 +208,15 @@ int main(int argc, char **argv)
 		return 1;
 	for (unsigned e = 0; e < epochs; e++) {
 		uint64_t rng = ((uint64_t)seed << 32) ^ (e * 0x9e3779b97f4a7c15ull);
+		int err;
+
+		if (drop && (err = drop_page_cache()) < 0) {
+			fprintf(stderr, "epochfs-bench: error: --drop-caches: /proc/sys/vm/drop_caches: %s "
+				"(needs root)\n", strerror(-err));
+			return 1;
+		}
 		long long s0 = storage_bytes(statsfile), s1, d0 = dev_read_bytes(), d1;
+		double c0 = daemon_cpu(statsfile), c1;
 
 		for (size_t i = 0; i < nfiles; i++)
 			r.order[i] = i;
@@ -197,19 +235,26 @@ int main(int argc, char **argv)
 		double t1 = clock_now();
 		s1 = storage_bytes(statsfile);
 		d1 = dev_read_bytes();
+		c1 = daemon_cpu(statsfile);
 		double dt = t1 - t0;
 		long long storage = s0 >= 0 && s1 >= 0 ? s1 - s0 : -1;
 		long long dev = d0 >= 0 && d1 >= 0 ? d1 - d0 : -1;
+		/* us of daemon CPU a file, -1 outside a mount (the figure
+		 * includes stats.json's own two reads). */
+		double cpu_us = c0 >= 0 && c1 >= 0 ? (c1 - c0) * 1e6 / (double)nfiles : -1;
 		if (json)
 			printf("{\"epoch\": %u, \"files\": %zu, \"bytes\": %llu, \"seconds\": %.4f, "
 			       "\"files_per_s\": %.1f, \"mb_per_s\": %.1f, \"storage_read_bytes\": %lld, "
-			       "\"dev_read_bytes\": %lld, \"errors\": %d}\n",
+			       "\"dev_read_bytes\": %lld, \"daemon_cpu_us_per_file\": %.1f, \"errors\": %d}\n",
 			       e, nfiles, (unsigned long long)r.bytes, dt, nfiles / dt, r.bytes / 1e6 / dt,
-			       storage, dev, r.errors);
+			       storage, dev, cpu_us, r.errors);
 		else {
-			char extra[64] = "";
+			char extra[128] = "";
 			if (storage >= 0)
 				snprintf(extra, sizeof(extra), ", storage %.1f MB", storage / 1e6);
+			if (cpu_us >= 0)
+				snprintf(extra + strlen(extra), sizeof(extra) - strlen(extra),
+					 ", daemon %.0f us CPU a file", cpu_us);
 			printf("epoch %u: %zu files, %.1f MB in %.2f s: %.0f files/s, %.1f MB/s%s\n", e,
 			       nfiles, r.bytes / 1e6, dt, nfiles / dt, r.bytes / 1e6 / dt, extra);
 		}

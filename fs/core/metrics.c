@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "core/core_int.h"
@@ -274,6 +275,12 @@ int core_samples(struct core *c, struct sample *out, int max)
 	if (n < max)
 		out[n++] = (struct sample){ .name = "prep_cpu_seconds", .help = "CPU seconds spent making batches",
 					    .kind = SAMPLE_COUNTER, .is_float = 1, .d = ps.cpu_ns / 1e9 };
+	struct rusage ru;
+	if (n < max && getrusage(RUSAGE_SELF, &ru) == 0)
+		out[n++] = (struct sample){ .name = "cpu_seconds", .kind = SAMPLE_COUNTER, .is_float = 1,
+					    .help = "CPU seconds the daemon has used, user and system, all threads",
+					    .d = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+						 (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6 };
 	n += stats_samples(&c->stats, out + n, max - n);
 	if (c->peer.samples)
 		n += c->peer.samples(c->peer.ctx, out + n, max - n);

@@ -32,7 +32,7 @@ ok "gen deterministic, JPEG sides 300-500, mean size ImageNet-like"
 
 out=$("$BENCH" "$T/a" --epochs 2 --json) || fail "bench"
 [ "$(echo "$out" | wc -l)" = 2 ] || fail "bench epochs: $out"
-echo "$out" | python3 -c 'import json,sys; r=[json.loads(l) for l in sys.stdin]; assert all(x["files"]==120 and x["errors"]==0 and x["storage_read_bytes"]==-1 for x in r), r' || fail "bench json: $out"
+echo "$out" | python3 -c 'import json,sys; r=[json.loads(l) for l in sys.stdin]; assert all(x["files"]==120 and x["errors"]==0 and x["storage_read_bytes"]==-1 and x["daemon_cpu_us_per_file"]==-1 for x in r), r' || fail "bench json: $out"
 total=$(du -sb --apparent-size "$T/a" | cut -f1)
 mount_ep "$T/a" "$T/mnt"
 sync; echo 3 > /proc/sys/vm/drop_caches
@@ -45,5 +45,16 @@ assert rows[0]["bytes"] == files and rows[0]["storage_read_bytes"] == files, (ro
 assert rows[1]["storage_read_bytes"] == 0, rows[1]     # epoch 1 from the kernel page cache
 PY
 "$BENCH" "$T/mnt" --epochs x 2>&1 | grep -q "not a valid number" || fail "bench bad option"
-ok "bench: every byte once per epoch, storage delta from stats.json"
+# --drop-caches: each epoch reaches the daemon (its RAM cache: no storage),
+# whose CPU a file is given.
+r0=$(stat_of "$T/mnt" reads)
+out=$("$BENCH" "$T/mnt" --epochs 2 --json --drop-caches) || fail "bench --drop-caches"
+r1=$(stat_of "$T/mnt" reads)
+python3 - "$out" <<'PY' || fail "bench --drop-caches: $out"
+import json, sys
+rows = [json.loads(l) for l in sys.argv[1].splitlines()]
+assert all(r["storage_read_bytes"] == 0 and r["daemon_cpu_us_per_file"] > 0 for r in rows), rows
+PY
+[ $((r1 - r0)) -ge 240 ] || fail "--drop-caches: the daemon answered $((r1 - r0)) reads in 2 epochs of 120 files"
+ok "bench: every byte once per epoch, storage delta from stats.json; --drop-caches reaches the daemon"
 umount_ep

@@ -4,11 +4,18 @@
 # epochfs mount in a memory cgroup on a throttled disk) at cache 50%, 2
 # workers, 25 MB/s predict the epoch at cache 25, 50 and 100% of D, workers 1
 # and 4, and storage 25 and 100 MB/s. Each of those is then run for real
-# (EPOCHS epochs, epochs >= 1 count), with memory for the pipeline plus that
-# cache and the same slack (the what-ifs say memory=same: the room the
-# analyzed job had, whatever the configuration takes or gives back), and the
-# table prints measured against predicted, with issue 32's target: every
-# error within 15%, medians.
+# (EPOCHS epochs, epochs >= 1 count) with the memory the prediction assumed:
+# the what-ifs say memory=same, the room the analyzed job had, and the
+# limit moved by what the configuration takes or gives back (the cache's
+# change, and each worker more or less the analyzer's worker_bytes: its own
+# memory and two batches). So each configuration's limit is the analyzed
+# run's limit + (cache - 50%) x D + (workers - 2) x worker_bytes, from that
+# round's analyze run. (Until 2026-11-28 each configuration had its own
+# pipeline's unlimited peak + cache + slack: four workers measured 1,201 MiB
+# unlimited and fit in 620-690 under a limit, so they ran with ~500 MiB the
+# analyzed job never had.) A report with no worker_bytes (no crowd run)
+# falls back to that, and says so. The table prints measured against
+# predicted, with issue 32's target: every error within 15%, medians.
 #
 # Interleaved repetitions: WHATIF_REPS rounds, each one analyze run and then
 # every cache group once, the groups in a rotated order each round; a
@@ -52,7 +59,22 @@ echo "== part 8: epochfs-analyze's predictions against measured epochs"
 analyze_run() {
 	STALL_RUNS=1 STALL_RAM_EACH=0 STALL_WORKERS=2 STALL_BPS=26214400 STALL_CACHE_PCT=50 STALL_CONFIGS="ram analyze" \
 		STALL_ANALYZE_KEEP="$W/an-$1" STALL_ANALYZE_ARGS="--epochs 2 ${asks[*]}" STALL_ROWS="$W/an-rows-$1" \
-		bash tools/bench/stalls.sh | grep -E "analyze: (epoch|  |model|most|storage|mount|memory|GPU)" || true
+		bash tools/bench/stalls.sh > "$W/an-out-$1" 2>&1 || true
+	grep -E "analyze: (epoch|  |model|most|storage|mount|memory|GPU)" "$W/an-out-$1" || true
+}
+# limit_mb I C W: the memory limit (MiB) for cache C% and W workers that
+# round I's analyze run assumed (memory=same), or nothing where its report
+# has no worker_bytes (then stalls.sh measures the pipeline as before).
+limit_mb() {
+	python3 - "$W/an-out-$1" "$2" "$3" "$DATA_BYTES" "$W"/an-"$1"*.json <<'PY'
+import json, re, sys
+out, c, w, d = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+m = re.search(r"^workers 2: .*memory limit = .* = (\d+) MiB", open(out).read(), re.M)
+reps = [json.load(open(p)) for p in sys.argv[5:]]
+wb = reps[0].get("model", {}).get("worker_bytes") if reps else None
+if m and wb:
+    print(int(m.group(1)) + round((c - 50) * d / 100 / 1048576) + round((w - 2) * wb / 1048576))
+PY
 }
 : > "$W/rows"
 [ -n "${WHATIF_REUSE:-}" ] && cp "$WHATIF_REUSE/rows" "$W/rows"
@@ -63,13 +85,21 @@ for rep in $(seq "$REPS"); do
 	[ -n "${WHATIF_REUSE:-}" ] && continue
 	bps=""
 	for m in $MBPS; do bps="$bps $((m * 1048576))"; done
+	DATA_BYTES=$(find "${THRASH_DIR:-build/bench-thrash}" -type f -printf '%s\n' | awk '{s += $1} END {print s + 0}')
 	n=${#groups[@]}
 	for k in $(seq 0 $((n - 1))); do
 		c=${groups[$(((k + rep - 1) % n))]}
-		STALL_RUNS=1 STALL_WORKERS="$WORKERS" STALL_BPS="${bps# }" STALL_CACHE_PCT=$c \
-			STALL_CONFIGS="ram epochfs" STALL_RAM_EACH=0 STALL_ROWS="$W/rows-$c-$rep" bash tools/bench/stalls.sh \
-			> "$W/log-$c-$rep" 2>&1 ||
-			{ echo "whatif: part 7 at cache $c% failed: $(tail -3 "$W/log-$c-$rep")" >&2; exit 1; }
+		: > "$W/rows-$c-$rep"
+		for w in $WORKERS; do
+			lim=$(limit_mb "$rep" "$c" "$w")
+			[ -n "$lim" ] || echo "   cache $c%, $w workers: no worker_bytes in the report; the pipeline's own peak sets the limit"
+			STALL_LIMIT_MB=$lim STALL_RUNS=1 STALL_WORKERS="$w" STALL_BPS="${bps# }" STALL_CACHE_PCT=$c \
+				STALL_CONFIGS="ram epochfs" STALL_RAM_EACH=0 STALL_ROWS="$W/rows-$c-$w-$rep" \
+				bash tools/bench/stalls.sh > "$W/log-$c-$w-$rep" 2>&1 ||
+				{ echo "whatif: part 7 at cache $c%, $w workers failed: $(tail -3 "$W/log-$c-$w-$rep")" >&2; exit 1; }
+			grep -h "memory limit" "$W/log-$c-$w-$rep" | sed "s/^/   cache $c%: /"
+			cat "$W/rows-$c-$w-$rep" >> "$W/rows-$c-$rep"
+		done
 		# Each group's rows, its RAM runs (the machine's speed then) named for it and the round.
 		sed -e "s/^epochfs@/epochfs-c$c-r$rep@/" -e "s/^ram\//ram-c$c-r$rep\//" "$W/rows-$c-$rep" >> "$W/rows"
 		echo "   cache $c%: done ($(grep -c "^epochfs" "$W/rows-$c-$rep") epochs)"
