@@ -273,6 +273,15 @@ int options_small_bare(const char *s, uint64_t v)
 	} \
 } while (0)
 
+/* auto, on, off: 0, 1, 2 (the order of enum core_passthrough_mode and of
+ * OPTIONS_URING_*), or -1. */
+_Static_assert(CORE_PT_AUTO == 0 && CORE_PT_ON == 1 && CORE_PT_OFF == 2, "auto_on_off's order");
+_Static_assert(OPTIONS_URING_AUTO == 0 && OPTIONS_URING_ON == 1 && OPTIONS_URING_OFF == 2, "auto_on_off's order");
+static int auto_on_off(const char *s)
+{
+	return !strcmp(s, "auto") ? 0 : !strcmp(s, "on") ? 1 : !strcmp(s, "off") ? 2 : -1;
+}
+
 static int parse_seconds(const char *s, double *out)
 {
 	char *end;
@@ -529,23 +538,11 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 			o->handle_open = 1;
 			break;
 		case OPT_PASSTHROUGH:
-			if (!strcmp(optarg, "auto"))
-				o->passthrough = CORE_PT_AUTO;
-			else if (!strcmp(optarg, "on"))
-				o->passthrough = CORE_PT_ON;
-			else if (!strcmp(optarg, "off"))
-				o->passthrough = CORE_PT_OFF;
-			else
+			if ((o->passthrough = auto_on_off(optarg)) < 0)
 				FAIL("--passthrough %s: expected auto, on or off", optarg);
 			break;
 		case OPT_FUSE_URING:
-			if (!strcmp(optarg, "auto"))
-				o->fuse_uring = OPTIONS_URING_AUTO;
-			else if (!strcmp(optarg, "on"))
-				o->fuse_uring = OPTIONS_URING_ON;
-			else if (!strcmp(optarg, "off"))
-				o->fuse_uring = OPTIONS_URING_OFF;
-			else
+			if ((o->fuse_uring = auto_on_off(optarg)) < 0)
 				FAIL("--fuse-uring %s: expected auto, on or off", optarg);
 			break;
 		case OPT_LOG:
