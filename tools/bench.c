@@ -99,24 +99,19 @@ static long long dev_read_bytes(void)
 	return v;
 }
 
-/* storage_read_bytes of the mount's counters, or -1 outside a mount. */
-static long long storage_bytes(const char *statsfile)
+/* From one read of the mount's counters: storage_read_bytes into *STORAGE
+ * and the daemon's CPU seconds so far (cpu_seconds) into *CPU; -1 for
+ * each outside a mount. */
+static void mount_counters(const char *statsfile, long long *storage, double *cpu)
 {
 	struct mstats m;
 
+	*storage = -1;
+	*cpu = -1;
 	if (!statsfile || mstats_read(statsfile, &m) < 0)
-		return -1;
-	return (long long)mstats_get(&m, "storage_read_bytes", -1);
-}
-
-/* The daemon's CPU seconds so far (stats.json's cpu_seconds), or -1. */
-static double daemon_cpu(const char *statsfile)
-{
-	struct mstats m;
-
-	if (!statsfile || mstats_read(statsfile, &m) < 0)
-		return -1;
-	return mstats_get(&m, "cpu_seconds", -1);
+		return;
+	*storage = (long long)mstats_get(&m, "storage_read_bytes", -1);
+	*cpu = mstats_get(&m, "cpu_seconds", -1);
 }
 
 /* Drops the kernel's clean page cache (root): every epoch then reaches
@@ -215,8 +210,10 @@ int main(int argc, char **argv)
 				"(needs root)\n", strerror(-err));
 			return 1;
 		}
-		long long s0 = storage_bytes(statsfile), s1, d0 = dev_read_bytes(), d1;
-		double c0 = daemon_cpu(statsfile), c1;
+		long long s0, s1, d0 = dev_read_bytes(), d1;
+		double c0, c1;
+
+		mount_counters(statsfile, &s0, &c0);
 
 		for (size_t i = 0; i < nfiles; i++)
 			r.order[i] = i;
@@ -233,9 +230,8 @@ int main(int argc, char **argv)
 		for (unsigned i = 0; i < threads; i++)
 			pthread_join(tids[i], NULL);
 		double t1 = clock_now();
-		s1 = storage_bytes(statsfile);
+		mount_counters(statsfile, &s1, &c1);
 		d1 = dev_read_bytes();
-		c1 = daemon_cpu(statsfile);
 		double dt = t1 - t0;
 		long long storage = s0 >= 0 && s1 >= 0 ? s1 - s0 : -1;
 		long long dev = d0 >= 0 && d1 >= 0 ? d1 - d0 : -1;
