@@ -30,6 +30,7 @@
 #include "core/core_int.h"
 #include "core/ns/order.h"
 #include "core/plan.h"
+#include "core/prefetch.h"
 #include "store/cache.h"
 #include "store/index.h"
 #include "store/manifest.h"
@@ -466,8 +467,11 @@ static void plan_item(struct read_ctx *x, enum cache_result r, struct cache_ref 
 		return;
 	}
 	/* From a staged copy: a reader's. */
-	if ((x->kind == RK_REQUEST || x->kind == RK_PART) && c->staging && from_staging(x))
-		return;
+	if ((x->kind == RK_REQUEST || x->kind == RK_PART) && c->staging) {
+		if (from_staging(x))
+			return;
+		prefetch_reader_miss(c->pf, x->id, x->chunk);   /* its reader is past what is not staged */
+	}
 	/* From the tier, which answers from 0 as the first source; into it,
 	 * what RAM cannot take. A prefetch of an item it holds or is writing
 	 * is done: staged bytes are freed once read, and the item would be

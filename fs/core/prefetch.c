@@ -5,9 +5,24 @@
  *   WAKE_FILES files in the window, in staging and under the in-flight
  *   bound), not at every read: a wake-up costs tens of microseconds here,
  *   and the daemon's CPU is the job's (2 cores, docs/prefetch.md).
- * - A file is chosen with its bytes reserved in staging before anything is
- *   fetched, so a batch of fetches never overshoots staging's room; what a
- *   cache takes instead is given back.
+ * - Staging's bytes are reserved before anything is fetched, so fetches
+ *   never overshoot its room; what a cache takes instead is given back. A
+ *   file gets what room there is when it is chosen (all of it for most
+ *   files), and its items are fetched in order while the reservation
+ *   covers them. A file larger than that room (a shard: 100 MB-1 GB,
+ *   against --prefetch-mem of tens of MB) is *parked* at its first item
+ *   not fetched and goes on as its reader frees room, ahead of any file
+ *   not chosen yet; parked files take turns (one per stream: a worker
+ *   each, reading its own shard), and a stream's next file is chosen only
+ *   while fewer files are parked than there are streams. Reserving a whole
+ *   shard at once staged 203 MB of a 200 MB file against a 2 MiB limit
+ *   (2026-11-28), which under a memory limit is an OOM kill. An empty
+ *   staging lets one item through a limit lowered below it (staging.h),
+ *   so a cache full before the order came still leaves prefetch one item
+ *   ahead; that item is the most staging is ever over its limit.
+ * - Items a reader has passed are not fetched: a read that found nothing
+ *   staged tells where its reader is (prefetch_reader_miss), and a large
+ *   file's fetches skip to past it.
  * - The kernel probe (is the file cached above the mount?) costs a FUSE
  *   message per file; when the last PROBE_SPAN probes found nothing cached,
  *   only one file in PROBE_SAMPLE is probed until one is found again.
@@ -36,6 +51,8 @@
 #define PROBE_SAMPLE 16u            /* then one file in this many is probed */
 #define SWEEP_S 0.5                 /* staged items past use and idle streams, this often */
 #define IDLE_S 0.1                  /* the longest sleep without a wake-up */
+#define READERS 16u                 /* readers' places in files, remembered */
+#define READER_S 2.0                /* for this long (another job may read the file later) */
 
 struct prefetch {
 	struct core *c;
@@ -50,6 +67,11 @@ struct prefetch {
 	int stopping;               /* no fetch is issued any more */
 	unsigned probe_dry;         /* probes in a row that found nothing cached */
 	unsigned probe_skip;        /* files not probed since the last probe */
+	struct want *parked;        /* files waiting for room, taking turns (FIFO) */
+	struct want **parked_tail;
+	unsigned nparked;
+	struct { uint32_t id, chunk; double at; } reader[READERS];     /* the latest misses' items */
+	unsigned reader_i;
 	struct prefetch_stats stats;
 };
 
@@ -58,7 +80,10 @@ struct want {
 	struct prefetch *pf;
 	struct order_pick pick;
 	uint64_t reserved;          /* staging bytes reserved for it, not taken yet */
+	uint32_t next;              /* its first item not fetched yet */
+	uint64_t need;              /* parked: the room its next item needs beyond RESERVED */
 	struct want *pnext, *pprev; /* lock: on pf->probing while the kernel has it */
+	struct want *qnext;         /* lock: on pf->parked */
 };
 
 /* Could the thread issue a batch now? Lock held. */
@@ -70,7 +95,11 @@ static int work_ready(struct prefetch *pf)
 	struct staging_stats ss;
 	staging_get_stats(pf->st, &ss);
 	lim = ss.limit;
-	if (pf->inflight + WAKE_FILES > pf->o.inflight || !lim || room < lim / 16)
+	if (pf->inflight + WAKE_FILES > pf->o.inflight || !lim)
+		return 0;
+	if (pf->parked)             /* a parked file goes on when its next item fits */
+		return staging_fits(pf->st, pf->parked->need, pf->c->chunk);
+	if (room < lim / 16)
 		return 0;
 	return order_ready(pf->order, pf->o.window, WAKE_FILES);
 }
@@ -134,19 +163,92 @@ static void want_end(struct want *w)
 	free(w);
 }
 
-/* Fetches every item of W's file not staged or on its way; takes W. */
-static void fetch_items(struct want *w)
+/* The item past the furthest a reader of file ID was seen missing at in
+ * the last READER_S seconds (0: none). Only that recent: the k jobs of a
+ * search read the same files at other times, and one job's reads say
+ * nothing of where another's reader is. Lock held. */
+static uint32_t past_reader(struct prefetch *pf, uint32_t id)
+{
+	for (unsigned i = 0; i < READERS; i++)
+		if (pf->reader[i].id == id && pf->reader[i].chunk)
+			return clock_now_coarse() - pf->reader[i].at < READER_S ? pf->reader[i].chunk : 0;
+	return 0;
+}
+
+void prefetch_reader_miss(struct prefetch *pf, uint32_t id, uint32_t chunk)
+{
+	if (!pf)
+		return;
+	pthread_mutex_lock(&pf->w.lock);
+	unsigned i;
+	for (i = 0; i < READERS && pf->reader[i].id != id; i++)
+		;
+	if (i == READERS) {
+		i = pf->reader_i++ % READERS;
+		pf->reader[i].id = id;
+		pf->reader[i].chunk = 0;
+	}
+	double now = clock_now_coarse();
+	if (chunk + 1 > pf->reader[i].chunk || now - pf->reader[i].at >= READER_S)
+		pf->reader[i].chunk = chunk + 1;
+	pf->reader[i].at = now;
+	pthread_mutex_unlock(&pf->w.lock);
+}
+
+/* Item K of the file is in the RAM cache, or loading into it. */
+static int item_cached(struct core *c, uint32_t id, const struct index_attr *a, uint32_t k)
+{
+	struct cache_ref ref;
+
+	if (!c->cache)
+		return 0;
+	enum cache_result r = cache_get_ex(c->cache, id, k, &a->v, cache_chunk_len(a->v.size, c->chunk, k), NULL,
+					   &ref, 0);
+	cache_put(c->cache, &ref);
+	return r == CACHE_HIT || r == CACHE_WAIT;
+}
+
+/* W waits for room behind the files parked already. Lock held. */
+static void park(struct prefetch *pf, struct want *w)
+{
+	pf->nparked++;
+	w->qnext = NULL;
+	*pf->parked_tail = w;
+	pf->parked_tail = &w->qnext;
+}
+
+/* Fetches the items of W's file from W->next on that are not cached,
+ * staged or on their way, nor behind its reader, while staging's room
+ * covers them; parks W at the first that does not fit and returns 1, else
+ * takes W and returns 0. */
+static int fetch_items(struct want *w)
 {
 	struct prefetch *pf = w->pf;
 	struct index_attr a;
 
 	if (index_get(pf->c->ix, w->pick.id, &a) == 0 && !a.gone && S_ISREG(a.mode)) {
 		uint32_t items = cache_chunks(a.v.size, pf->c->chunk);
-		for (uint32_t k = 0; k < items; k++) {
-			if (staging_has(pf->st, w->pick.id, k))
+		for (uint32_t k = w->next; k < items; k++) {
+			if (staging_has(pf->st, w->pick.id, k) || item_cached(pf->c, w->pick.id, &a, k))
 				continue;
+			size_t len = cache_chunk_len(a.v.size, pf->c->chunk, k);
+			if (w->reserved < len)
+				w->reserved += staging_reserve(pf->st, len - w->reserved, pf->c->chunk);
 			pthread_mutex_lock(&pf->w.lock);
 			int stop = pf->stopping;
+			uint32_t r = past_reader(pf, w->pick.id);
+			if (!stop && r > k) {
+				pthread_mutex_unlock(&pf->w.lock);
+				k = r - 1;          /* its reader is past these */
+				continue;
+			}
+			if (!stop && w->reserved < len) {
+				w->next = k;        /* no room: on when a reader frees some */
+				w->need = len - w->reserved;
+				park(pf, w);
+				pthread_mutex_unlock(&pf->w.lock);
+				return 1;
+			}
 			if (!stop)
 				pf->inflight++;
 			pthread_mutex_unlock(&pf->w.lock);
@@ -159,6 +261,7 @@ static void fetch_items(struct want *w)
 		}
 	}
 	want_end(w);
+	return 0;
 }
 
 void prefetch_probed(struct prefetch *pf, void *cookie, int resident)
@@ -177,7 +280,7 @@ void prefetch_probed(struct prefetch *pf, void *cookie, int resident)
 	if (resident)
 		want_end(w);
 	else
-		fetch_items(w);
+		(void)fetch_items(w);
 }
 
 /* Fetches the file P picked, unless it is cached already (RAM, or its first
@@ -202,8 +305,8 @@ static void issue_file(struct prefetch *pf, const struct order_pick *p)
 	struct want *w = malloc(sizeof(*w));
 	if (!w)
 		return;
-	*w = (struct want){ .pf = pf, .pick = *p, .reserved = a.v.size };
-	staging_reserve(pf->st, a.v.size);  /* held while it is probed and staged */
+	*w = (struct want){ .pf = pf, .pick = *p };
+	w->reserved = staging_reserve(pf->st, a.v.size, c->chunk);  /* held while it is probed and staged */
 	pthread_mutex_lock(&pf->w.lock);
 	/* Probes that keep finding nothing cached are sampled. */
 	int probe = c->probe && (pf->probe_dry < PROBE_SPAN || ++pf->probe_skip >= PROBE_SAMPLE);
@@ -219,7 +322,7 @@ static void issue_file(struct prefetch *pf, const struct order_pick *p)
 		probe = 0;
 	}
 	if (!probe)
-		fetch_items(w);
+		(void)fetch_items(w);
 }
 
 static int passed(void *arg, uint32_t group, uint32_t place)
@@ -227,15 +330,51 @@ static int passed(void *arg, uint32_t group, uint32_t place)
 	return order_passed(arg, group, place);
 }
 
-/* Frees staged items their stream's readers have passed, and drops
- * streams idle past their expiry. No lock held. */
+/* Frees staged items their stream's readers have passed, and parked files
+ * likewise (their stream started over or ended, or its readers went past
+ * them), and drops streams idle past their expiry. No lock held. */
 static void sweep(struct prefetch *pf)
 {
 	struct order_heads h;
+	struct want *gone = NULL;
 
 	order_snapshot(pf->order, &h);
 	staging_sweep(pf->st, passed, &h);
+	pthread_mutex_lock(&pf->w.lock);
+	for (struct want **p = &pf->parked; *p;) {
+		struct want *w = *p;
+		if (order_passed(&h, w->pick.group, w->pick.place)) {
+			pf->nparked--;
+			*p = w->qnext;
+			w->qnext = gone;
+			gone = w;
+		} else {
+			p = &w->qnext;
+		}
+	}
+	pf->parked_tail = &pf->parked;
+	while (*pf->parked_tail)
+		pf->parked_tail = &(*pf->parked_tail)->qnext;
+	pthread_mutex_unlock(&pf->w.lock);
+	for (struct want *next; gone; gone = next) {
+		next = gone->qnext;
+		want_end(gone);
+	}
 	order_expire(pf->order);
+}
+
+/* The parked file at the head, if there is room for its next item. Lock held. */
+static struct want *unpark(struct prefetch *pf)
+{
+	struct want *w = pf->parked;
+
+	if (!w || !staging_fits(pf->st, w->need, pf->c->chunk))
+		return NULL;
+	pf->parked = w->qnext;
+	if (!pf->parked)
+		pf->parked_tail = &pf->parked;
+	pf->nparked--;
+	return w;
 }
 
 static void *prefetch_main(void *arg)
@@ -248,10 +387,28 @@ static void *prefetch_main(void *arg)
 	while (go) {
 		int issued = 0;
 		struct order_pick p;
+		struct want *w;
+		/* Parked files first, taking turns (each stream's reader frees
+		 * room as it goes): they come before any file not chosen yet. */
+		for (unsigned turns = pf->nparked; turns && !pf->stopping && pf->inflight < pf->o.inflight &&
+		     (w = unpark(pf)); turns--) {
+			uint32_t at = w->next;
+			pthread_mutex_unlock(&pf->w.lock);
+			int again = fetch_items(w);
+			pthread_mutex_lock(&pf->w.lock);
+			if (again && w->next == at)
+				break;      /* no further: room went to another thread meanwhile */
+			issued = 1;
+		}
 		/* Round robin over the streams, a file a turn each, while
-		 * staging's room and the in-flight bound allow. */
-		while (!pf->stopping && pf->inflight < pf->o.inflight && staging_room(pf->st) &&
-		       order_next(pf->order, pf->o.window, &p)) {
+		 * staging's room and the in-flight bound allow; a stream's next
+		 * file waits while files parked are as many as the streams (one
+		 * shard each: a later file would take the room the one being
+		 * read needs first). */
+		struct order_stats os;
+		order_get_stats(pf->order, &os);
+		while (!pf->stopping && pf->nparked < (os.streams ? os.streams : 1) && pf->inflight < pf->o.inflight &&
+		       staging_room(pf->st) && order_next(pf->order, pf->o.window, &p)) {
 			pthread_mutex_unlock(&pf->w.lock);
 			issue_file(pf, &p);
 			issued = 1;
@@ -292,6 +449,7 @@ int prefetch_new(struct core *c, struct order *order, struct staging *st, const 
 		pf->o.window = PREFETCH_DEFAULT_WINDOW;
 	if (!pf->o.inflight)
 		pf->o.inflight = 64;
+	pf->parked_tail = &pf->parked;
 	if ((err = worker_init(&pf->w)) < 0) {
 		free(pf);
 		return err;
@@ -331,6 +489,10 @@ void prefetch_free(struct prefetch *pf)
 	for (struct want *w = pf->probing, *next; w; w = next) {
 		next = w->pnext;
 		free(w);
+	}
+	for (struct want *w = pf->parked, *next; w; w = next) {
+		next = w->qnext;
+		want_end(w);
 	}
 	worker_destroy(&pf->w);
 	free(pf);

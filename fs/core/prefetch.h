@@ -10,7 +10,8 @@
  * (a probe: nothing to fetch then), and sweeps staged items whose readers
  * went past them.
  *
- * Thread safety: prefetch_wake() and prefetch_probed() from any thread.
+ * Thread safety: prefetch_wake(), prefetch_probed() and
+ * prefetch_reader_miss() from any thread.
  * Lock order: prefetch.lock -> order.lock -> staging.lock; the thread holds
  * none of them while it fetches or probes.
  */
@@ -49,6 +50,10 @@ void prefetch_get_stats(struct prefetch *pf, struct prefetch_stats *s);
 
 /* There may be work (an order grew, a head moved, staging has room). */
 void prefetch_wake(struct prefetch *pf);
+/* A reader's miss on item CHUNK of file ID found nothing staged: the
+ * prefetcher fetches none of that file's items up to CHUNK any more (its
+ * reader is past them). NULL is fine. */
+void prefetch_reader_miss(struct prefetch *pf, uint32_t id, uint32_t chunk);
 /* The kernel's answer to a probe the thread sent (core_probe_fn):
  * RESIDENT, the file is cached above the mount and is not fetched. */
 void prefetch_probed(struct prefetch *pf, void *cookie, int resident);

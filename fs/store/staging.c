@@ -191,11 +191,31 @@ uint64_t staging_lower_limit(struct staging *s, uint64_t limit)
 	return set_limit(s, limit, 1);
 }
 
-void staging_reserve(struct staging *s, uint64_t bytes)
+/* What staging_reserve would grant of BYTES. Lock held. */
+static uint64_t grant(const struct staging *s, uint64_t bytes, uint64_t floor)
+{
+	uint64_t used = s->bytes + s->reserved, room = s->limit > used ? s->limit - used : 0;
+
+	if (!used && s->limit && room < floor)
+		room = floor;           /* a limit of 0 is no staging at all */
+	return bytes < room ? bytes : room;
+}
+
+uint64_t staging_reserve(struct staging *s, uint64_t bytes, uint64_t floor)
 {
 	pthread_mutex_lock(&s->lock);
+	bytes = grant(s, bytes, floor);
 	s->reserved += bytes;
 	pthread_mutex_unlock(&s->lock);
+	return bytes;
+}
+
+int staging_fits(struct staging *s, uint64_t bytes, uint64_t floor)
+{
+	pthread_mutex_lock(&s->lock);
+	int r = grant(s, bytes, floor) == bytes;
+	pthread_mutex_unlock(&s->lock);
+	return r;
 }
 
 void staging_unreserve(struct staging *s, uint64_t bytes)

@@ -68,7 +68,15 @@ uint64_t staging_set_limit(struct staging *s, uint64_t limit);
 /* The same, only if LIMIT is under the limit now (another thread may set a
  * higher one later). Calls nothing back: fine under a caller's lock. */
 uint64_t staging_lower_limit(struct staging *s, uint64_t limit);
-void staging_reserve(struct staging *s, uint64_t bytes);
+/* Reserves BYTES, or what room is left if less: returns the bytes
+ * reserved, 0 when there is no room. An empty store (no entry, no
+ * reservation) grants up to FLOOR past its limit, so that a limit lowered
+ * to nearly nothing (the cache full before an order came, memory
+ * pressure) still lets one item through at a time; that is the most the
+ * store can ever be over its limit. A limit of 0 grants nothing. */
+uint64_t staging_reserve(struct staging *s, uint64_t bytes, uint64_t floor);
+/* 1 if staging_reserve(BYTES, FLOOR) would grant all of BYTES now. */
+int staging_fits(struct staging *s, uint64_t bytes, uint64_t floor);
 void staging_unreserve(struct staging *s, uint64_t bytes);
 
 /* 1 if an entry for (ID, CHUNK) exists, in any state. */

@@ -130,14 +130,38 @@ Test(staging, reservations_and_entries_share_the_limit)
 	uint64_t res = 300;
 
 	cr_expect_eq(staging_room(st), 1000);
-	staging_reserve(st, 300);
+	cr_expect_eq(staging_reserve(st, 300, 0), 300);
 	cr_expect_eq(staging_room(st), 700);
 	cr_assert_not_null(staging_begin(st, 1, 0, &V1, 200, 1, 0, &res));
 	cr_expect_eq(res, 100, "the entry did not take its bytes from the reservation");
 	cr_expect_eq(staging_room(st), 700);
 	staging_unreserve(st, res);
 	cr_expect_eq(staging_room(st), 800);
+	/* Never past the limit: a reservation gets what room is left... */
+	cr_expect(staging_fits(st, 800, 0) && !staging_fits(st, 801, 4096));
+	cr_expect_eq(staging_reserve(st, 5000, 4096), 800);
+	cr_expect_eq(staging_room(st), 0);
+	cr_expect_eq(staging_reserve(st, 1, 4096), 0, "the floor is for an empty store only");
+	staging_unreserve(st, 800);
+	cr_expect_eq(staging_room(st), 800);
 	staging_landed(st, 1, 0, 1);
+	const void *data;
+	size_t len;
+	cr_assert_eq(staging_take(st, 1, 0, &V1, &data, &len, NULL, NULL), STAGING_HIT);
+	staging_done_with(st, 1, 0, 200);
+	cr_expect_eq(stat_bytes(), 0);
+	/* ...but an empty store lets one item (up to FLOOR) through a limit
+	 * lowered below it, and nothing more until that is gone. */
+	staging_set_limit(st, 10);
+	cr_expect(staging_fits(st, 4096, 4096) && !staging_fits(st, 4097, 4096));
+	cr_expect_eq(staging_reserve(st, 100000, 4096), 4096);
+	cr_expect(!staging_fits(st, 1, 4096));
+	cr_expect_eq(staging_reserve(st, 1, 4096), 0);
+	staging_unreserve(st, 4096);
+	cr_expect_eq(staging_reserve(st, 5, 4096), 5);
+	staging_unreserve(st, 5);
+	staging_set_limit(st, 0);
+	cr_expect_eq(staging_reserve(st, 5, 4096), 0, "a limit of 0 is no staging");
 }
 
 static int passed_below;

@@ -63,6 +63,12 @@
 # kernel's FUSE-over-io_uring switch is turned on for the run, as
 # docs/install.md recommends for a host, and put back after, so the
 # daemon's --fuse-uring auto uses it; keep: the host's switch as it is).
+# STALL_SHARDS=K: the shard job instead (issue 33): the same images packed
+# into K WebDataset-style tar shards (tools/bench/wds_pack.py, kept beside
+# THRASH_DIR as THRASH_DIR.wdsK), SOURCE that directory, D the shards' bytes,
+# and the job tools/bench/wds_train.py (shuffled shards dealt to the
+# workers, each read front to back, a shuffle buffer, the same transforms
+# and batches); the reader configurations are skipped (they read files).
 # Where the cgroup v2 hierarchy is mounted beside v1 (/sys/fs/cgroup/unified),
 # job and daemon also share a v2 cgroup: the memory pressure (PSI) the
 # analyzer reads is then theirs, not the machine's.
@@ -116,6 +122,15 @@ CGS="$MEMCG $BLKCG $CPUCG $UNICG"
 DAEMON_CGS=$CGS                 # split: "$MEMCG_D $BLKCG $CPUCG"
 
 thrash_dataset "$DATA" "$FILES"
+SHARDS=${STALL_SHARDS:-0}
+JOB=tools/bench/tv_train.py
+if [ "$SHARDS" -gt 0 ]; then
+	$PY tools/bench/wds_pack.py "$SRC" "${DATA%/}.wds$SHARDS" --shards "$SHARDS"
+	SRC=$(realpath "${DATA%/}.wds$SHARDS")
+	D=$(find "$SRC" -type f -name '*.tar' -printf '%s\n' | awk '{s+=$1} END {print s}')
+	JOB=tools/bench/wds_train.py
+	CONFIGS=$(echo " $CONFIGS " | sed 's/ reader / /g')
+fi
 if [ "${STALL_FUSE_URING:-on}" = on ] && [ -w "$URING_SW" ]; then
 	URING_WAS=$(cat "$URING_SW")
 	echo Y > "$URING_SW"
@@ -170,7 +185,7 @@ umount_ep() {
 # "NAME epoch seconds waited storage_bytes cg_dev_bytes daemon_dev_bytes cpu".
 job() {
 	local name=$1 dir=$2 workers=$3 cmd
-	cmd=($PY tools/bench/tv_train.py "$dir" --workers "$workers" --epochs "$EPOCHS")
+	cmd=($PY "$JOB" "$dir" --workers "$workers" --epochs "$EPOCHS")
 	case "${4:-}" in
 	run) cmd=("$BUILD/epochfs-run" -q -- "${cmd[@]}") ;;
 	reader) cmd=($PY tools/bench/order_reader.py "$dir" --epochs "$EPOCHS") ;;
@@ -218,7 +233,11 @@ PY
 stat0() { stat_of "$1" 2>/dev/null || echo 0; }
 
 : > "$ROWS"
-echo "== part 7: data stalls of an unmodified torchvision job: $FILES files, D = $((D / 1000000)) MB, $EPOCHS epochs (>= 1 count), device $DEVNO"
+if [ "$SHARDS" -gt 0 ]; then
+	echo "== part 7, shards: a WebDataset-style job over $FILES images in $SHARDS tar shards, D = $((D / 1000000)) MB, $EPOCHS epochs (>= 1 count), device $DEVNO"
+else
+	echo "== part 7: data stalls of an unmodified torchvision job: $FILES files, D = $((D / 1000000)) MB, $EPOCHS epochs (>= 1 count), device $DEVNO"
+fi
 echo "FUSE over io_uring (the kernel's switch): $(cat "$URING_SW" 2>/dev/null || echo "not in this kernel")${URING_WAS:+ (turned on for this run; was $URING_WAS)}"
 if case " $CONFIGS " in *" ram "*) true ;; *) false ;; esac; then
 	cp -a "$SRC" "$SHM"
@@ -321,7 +340,7 @@ for workers in $WORKERSS; do
 				# shellcheck disable=SC2086
 				EPOCHFS_PYTHON=$PY in_cg_io "$BUILD/epochfs-analyze" -q -v --json "$an.json" ${STALL_ANALYZE_ARGS:-} \
 					"$W/mnt" -- sh -c 'for g in $0; do echo $$ > "$g/cgroup.procs"; done; exec "$@"' "$MEMCG $UNICG" \
-					$PY tools/bench/tv_train.py "$W/mnt" --workers "$workers" \
+					$PY "$JOB" "$W/mnt" --workers "$workers" \
 					--epochs "$EPOCHS" > "$an.txt" 2>&1 ||
 					echo "stalls: epochfs-analyze failed: $(tail -3 "$an.txt")" >&2
 				sed 's/^/  analyze: /' "$an.txt"
