@@ -97,8 +97,14 @@ static int work_ready(struct prefetch *pf)
 	lim = ss.limit;
 	if (pf->inflight + WAKE_FILES > pf->o.inflight || !lim)
 		return 0;
-	if (pf->parked)             /* a parked file goes on when its next item fits */
-		return staging_fits(pf->st, pf->parked->need, pf->c->chunk);
+	if (pf->parked && staging_fits(pf->st, pf->parked->need, pf->c->chunk))
+		return 1;                   /* a parked file goes on when its next item fits */
+	if (pf->parked) {               /* else a new file only for a stream with none parked */
+		struct order_stats os;
+		order_get_stats(pf->order, &os);
+		if (pf->nparked >= os.streams)
+			return 0;
+	}
 	if (room < lim / 16)
 		return 0;
 	return order_ready(pf->order, pf->o.window, WAKE_FILES);

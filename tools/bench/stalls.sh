@@ -68,7 +68,10 @@
 # THRASH_DIR as THRASH_DIR.wdsK), SOURCE that directory, D the shards' bytes,
 # and the job tools/bench/wds_train.py (shuffled shards dealt to the
 # workers, each read front to back, a shuffle buffer, the same transforms
-# and batches); the reader configurations are skipped (they read files).
+# and batches); the reader configurations are skipped (they read files),
+# and run/runsplit run the job with --tell-order instead of under
+# epochfs-run (whose hook sees no order in an IterableDataset: each worker
+# tells its own shards, docs/prefetch.md).
 # Where the cgroup v2 hierarchy is mounted beside v1 (/sys/fs/cgroup/unified),
 # job and daemon also share a v2 cgroup: the memory pressure (PSI) the
 # analyzer reads is then theirs, not the machine's.
@@ -187,7 +190,7 @@ job() {
 	local name=$1 dir=$2 workers=$3 cmd
 	cmd=($PY "$JOB" "$dir" --workers "$workers" --epochs "$EPOCHS")
 	case "${4:-}" in
-	run) cmd=("$BUILD/epochfs-run" -q -- "${cmd[@]}") ;;
+	run) if [ "$SHARDS" -gt 0 ]; then cmd+=(--tell-order); else cmd=("$BUILD/epochfs-run" -q -- "${cmd[@]}"); fi ;;
 	reader) cmd=($PY tools/bench/order_reader.py "$dir" --epochs "$EPOCHS") ;;
 	order) cmd=($PY tools/bench/order_reader.py "$dir" --epochs "$EPOCHS" --order) ;;
 	esac
