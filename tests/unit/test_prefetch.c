@@ -3,8 +3,9 @@
  * within the window and within staging's room; readers take what was
  * staged and staging empties; a new order drops the old one's; a file the
  * kernel says it caches (the probe) is not fetched; --prefetch-mem 0 takes
- * orders and fetches nothing. No RAM cache, so everything fetched is
- * staged and can be counted. */
+ * orders and fetches nothing; a file many times staging's room is staged
+ * item by item, never past the limit, each byte read once. No RAM cache,
+ * so everything fetched is staged and can be counted. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdio.h>
@@ -22,6 +23,12 @@
 static char *dir;
 static struct core *core;
 static uint64_t stream_node;
+static size_t big_size;             /* also a file "big" of this many bytes */
+
+static char big_byte(size_t off)
+{
+	return (char)(off / 4096 % 251);
+}
 
 static void open_core(uint64_t mem, unsigned window)
 {
@@ -38,6 +45,15 @@ static void open_core(uint64_t mem, unsigned window)
 		snprintf(p, sizeof(p), "%s/%s", dir, name);
 		FILE *w = fopen(p, "w");
 		cr_assert(w && fwrite(body, 1, FSIZE, w) == FSIZE);
+		fclose(w);
+	}
+	if (big_size) {
+		char p[4200];
+		snprintf(p, sizeof(p), "%s/big", dir);
+		FILE *w = fopen(p, "w");
+		cr_assert(w);
+		for (size_t off = 0; off < big_size; off++)
+			fputc(big_byte(off), w);
 		fclose(w);
 	}
 	o.source = dir;
@@ -76,14 +92,23 @@ static uint64_t settle(const char *name, uint64_t least)
 	return sample(name);
 }
 
+static void write_text(const char *text);
+
 /* Writes the order "f00".."f(N-1)" (from offset 0: a new order). */
 static void write_order(int n)
 {
-	struct core_attr ctl, order, st;
 	char text[NF * 8] = "";
 
 	for (int i = 0; i < n; i++)
 		snprintf(text + strlen(text), sizeof(text) - strlen(text), "f%02d\n", i);
+	write_text(text);
+}
+
+/* Writes TEXT as the stream's order (from offset 0: a new order). */
+static void write_text(const char *text)
+{
+	struct core_attr ctl, order, st;
+
 	if (!stream_node) {
 		cr_assert_eq(core_lookup(core, CORE_ROOT_NODE, ".epochfs", &ctl), 0);
 		cr_assert_eq(core_lookup(core, ctl.node, "order", &order), 0);
@@ -111,6 +136,7 @@ static void read_file(int i)
 static void fini(void)
 {
 	stream_node = 0;
+	big_size = 0;
 	teardown();
 }
 
@@ -189,4 +215,39 @@ Test(prefetch, no_room_takes_orders_and_fetches_nothing)
 	cr_expect_eq(sample("order_places"), NF);
 	cr_expect_eq(sample("prefetch_bytes"), 0);
 	read_file(0);
+}
+
+/* A shard: 3 MiB (12 items of 256K) through 1 MiB of staging. Before, the
+ * file's whole size was reserved at once and all of it staged. Now the
+ * room fills with whole items, the rest waits (parked) and follows the
+ * reader as it takes items, and storage is read once for every byte. (A
+ * reader with no pause between items outran the prefetch thread's
+ * wake-ups here: half its reads went to storage, each byte still read
+ * once, since a reader's miss moves the prefetcher past it.) */
+Test(prefetch, a_file_larger_than_staging_is_staged_item_by_item)
+{
+	big_size = 3u << 20;
+	open_core(1u << 20, 8);
+	size_t item = core->chunk;
+	cr_assert_eq(big_size % item, 0);
+	write_text("big\n");
+	uint64_t staged = settle("prefetch_staged_bytes", 1u << 20);
+	cr_expect_eq(staged, 1u << 20, "staging holds %llu bytes, room for 1 MiB", (unsigned long long)staged);
+
+	struct core_attr a;
+	static char buf[1u << 20];
+	cr_assert_eq(core_stat_path(core, "big", &a), 0);
+	for (size_t off = 0; off < big_size; off += item) {
+		struct sync_wait w = SYNC_WAIT_INIT(buf);
+		core_read(core, a.node, (off_t)off, item, sync_wait_done, &w);
+		cr_assert_eq(sync_wait(&w), (ssize_t)item);
+		cr_assert(buf[0] == big_byte(off) && buf[item - 1] == big_byte(off + item - 1), "bytes at %zu", off);
+		struct timespec decode = { 0, 20 * 1000 * 1000 };
+		nanosleep(&decode, NULL);   /* a reader that decodes what it reads */
+	}
+	uint64_t items = big_size / item;
+	cr_expect_eq(sample("prefetch_hits") + sample("prefetch_late"), items, "every read served from staging: %llu hits, %llu late of %llu", (unsigned long long)sample("prefetch_hits"), (unsigned long long)sample("prefetch_late"), (unsigned long long)items);
+	cr_expect_leq(sample("prefetch_staged_peak_bytes"), 1u << 20, "staging went past its limit");
+	cr_expect_eq(sample("storage_read_bytes"), big_size, "a byte was read twice");
+	cr_expect_eq(settle("prefetch_staged_bytes", 0), 0);
 }
