@@ -70,6 +70,7 @@ struct prefetch {
 	struct want *parked;        /* files waiting for room, taking turns (FIFO) */
 	struct want **parked_tail;
 	unsigned nparked;
+	unsigned wants;             /* atomic: files chosen and not done with (0: readers' misses are not noted) */
 	struct { uint32_t id, chunk; double at; } reader[READERS];     /* the latest misses' items */
 	unsigned reader_i;
 	struct prefetch_stats stats;
@@ -165,6 +166,7 @@ static void unlink_probe(struct prefetch *pf, struct want *w)
 /* Done with W: what of its reservation staging did not take goes back. */
 static void want_end(struct want *w)
 {
+	__atomic_sub_fetch(&w->pf->wants, 1, __ATOMIC_RELAXED);
 	staging_unreserve(w->pf->st, w->reserved);
 	free(w);
 }
@@ -183,7 +185,11 @@ static uint32_t past_reader(struct prefetch *pf, uint32_t id)
 
 void prefetch_reader_miss(struct prefetch *pf, uint32_t id, uint32_t chunk)
 {
-	if (!pf)
+	/* A miss with no file being fetched (no order, or all done) takes no
+	 * lock: this is on every storage miss's path. A file chosen just
+	 * after still skips nothing wrongly, it only fetches what its
+	 * reader may have read already. */
+	if (!pf || !__atomic_load_n(&pf->wants, __ATOMIC_RELAXED))
 		return;
 	pthread_mutex_lock(&pf->w.lock);
 	unsigned i;
@@ -312,6 +318,7 @@ static void issue_file(struct prefetch *pf, const struct order_pick *p)
 	if (!w)
 		return;
 	*w = (struct want){ .pf = pf, .pick = *p };
+	__atomic_add_fetch(&pf->wants, 1, __ATOMIC_RELAXED);
 	w->reserved = staging_reserve(pf->st, a.v.size, c->chunk);  /* held while it is probed and staged */
 	pthread_mutex_lock(&pf->w.lock);
 	/* Probes that keep finding nothing cached are sampled. */
