@@ -102,7 +102,7 @@ CORE_SRC := fs/util/log.c fs/util/memwatch.c fs/util/notify.c fs/util/trust.c fs
 	    fs/store/tier.c fs/store/tier_write.c \
 	    fs/cluster/owner.c fs/cluster/cluster.c fs/cluster/proto.c fs/cluster/peer.c \
 	    fs/cluster/peer_client.c fs/cluster/peer_server.c
-PREP_SRC := prep/jpeg.c prep/augment.c prep/batch.c prep/spec.c prep/folder.c prep/group.c prep/group_pool.c
+PREP_SRC := prep/jpeg.c prep/augment.c prep/batch.c prep/spec.c prep/folder.c prep/group.c prep/group_pool.c prep/group_pt.c
 # prep/gpu/: the GPU consumer's plain C half (the CPU reference of its
 # conversion, batch file checks, the consumer over a host backend), in every
 # build so the unit tests cover it; the CUDA half is below, CUDA=1 only.

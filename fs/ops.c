@@ -278,12 +278,51 @@ static void reg_close_session(void *ctx, int id)
 	ioctl(fuse_session_fd(((struct ops_session *)ctx)->se), FUSE_DEV_IOC_BACKING_CLOSE, &bid);
 }
 
+/* An OPEN being answered: libfuse's file info lives on its caller's stack,
+ * so an answer that may come later (a batch made meanwhile) keeps a copy. */
+struct open_req {
+	fuse_req_t req;
+	fuse_ino_t ino;
+	struct fuse_file_info fi;
+};
+
+static void open_done(void *arg, int err, const struct core_attr *a, int id, uint64_t fh)
+{
+	struct open_req *o = arg;
+	struct fuse_file_info *fi = &o->fi;
+	struct ops_session *s = S(o->req);
+
+	if (err) {
+		fuse_reply_err(o->req, -err);
+		free(o);
+		return;
+	}
+	fi->fh = fh;
+	if (id > 0) {
+		/* The kernel reads the cache's memfd (or a batch's file); no
+		 * keep_cache, so it drops whatever pages earlier reads through
+		 * us left on this inode. */
+		fi->backing_id = id;
+		fi->noflush = 1;
+	} else if (a->flags & CORE_F_DIRECT_IO) {
+		fi->direct_io = 1;
+	} else {
+		fi->keep_cache = 1;
+		fi->noflush = 1;
+	}
+	/* Valid replies: open, or err. An interrupted open gets no RELEASE:
+	 * what it holds is given back here. */
+	if (fuse_reply_open(o->req, fi) == -ENOENT && fh) {
+		struct core_backing_reg late = { .open = reg_open, .close = reg_close_session, .ctx = s };
+		core_release(s->c, o->ino, fh, &late);
+	}
+	free(o);
+}
+
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct core_backing_reg reg = { .open = reg_open, .close = reg_close, .ctx = req };
-	struct core_attr a;
-	uint64_t fh;
-	int err, id;
+	struct open_req *o;
 
 	if (!S(req)->cfg.handle_open) {
 		/* Valid replies: ENOSYS here makes the kernel stop sending OPEN
@@ -291,30 +330,16 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, ENOSYS);
 		return;
 	}
-	err = core_open_file(C(req), ino, fi->flags, &reg, &a, &id, &fh);
-	if (err) {
-		fuse_reply_err(req, -err);
+	if (!(o = malloc(sizeof(*o)))) {
+		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	fi->fh = fh;
-	if (a.flags & CORE_F_DIRECT_IO) {
-		fi->direct_io = 1;
-	} else if (id > 0) {
-		/* The kernel reads the cache's memfd; no keep_cache, so it drops
-		 * whatever pages earlier reads through us left on this inode. */
-		fi->backing_id = id;
-		fi->noflush = 1;
-	} else {
-		fi->keep_cache = 1;
-		fi->noflush = 1;
-	}
-	/* Valid replies: open, or err. An interrupted open gets no RELEASE:
-	 * what it holds is given back here. */
-	struct ops_session *s = S(req);
-	if (fuse_reply_open(req, fi) == -ENOENT && fh) {
-		struct core_backing_reg late = { .open = reg_open, .close = reg_close_session, .ctx = s };
-		core_release(s->c, ino, fh, &late);
-	}
+	o->req = req;
+	o->ino = ino;
+	o->fi = *fi;
+	/* Valid replies: from open_done(), now or (an open of a .prep/ batch
+	 * not made yet, with passthrough) on the prep worker that makes it. */
+	core_open_file_async(C(req), ino, fi->flags, &reg, open_done, o);
 }
 
 static void read_done(void *arg, ssize_t res, const void *buf)

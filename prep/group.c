@@ -70,7 +70,7 @@ static void unlink_slot(struct group *g, struct gbatch *b);
 
 /* Drops slot B once nothing refers to it: no reader, no pin, no pixels.
  * Lock held. */
-static void maybe_unlink(struct group *g, struct gbatch *b)
+void gslot_maybe_unlink(struct group *g, struct gbatch *b)
 {
 	if (!b->readers && !b->pins && b->state == B_EMPTY && !b->waiters)
 		unlink_slot(g, b);
@@ -86,33 +86,8 @@ static void unlink_slot(struct group *g, struct gbatch *b)
 		}
 }
 
-/* A freed batch's buffer P (LEN bytes, counted as G's batch): kept for
- * reuse, up to one per worker and one more, while the pool is within its
- * limit and no other group's reader waits for room; freed otherwise. (A
- * group that waits only to make ahead does not get them: it would fault in
- * fresh pages where this one reuses warm ones.) Only full batches' buffers
- * are kept, so a spare always fits exactly. Lock held. */
-static void put_spare(struct group *g, void *p, size_t len)
-{
-	int keep = g->nspares <= g->nth && len == g->full && len >= sizeof(struct spare);
-
-	if (keep)
-		keep = gpool_may_keep_spare(g);
-	if (keep) {
-		struct spare *sp = p;
-		sp->cap = len;
-		sp->next = g->spares;
-		g->spares = sp;
-		g->nspares++;
-		gpool_move_spare(g, len, 1);
-		return;
-	}
-	free(p);
-	gpool_give_back(g, len, 0);
-}
-
 /* Frees B's pixels now, or when its last pin goes. Lock held. */
-static void release(struct group *g, struct gbatch *b)
+void gslot_release(struct group *g, struct gbatch *b)
 {
 	if (b->state != B_READY)
 		return;
@@ -122,13 +97,17 @@ static void release(struct group *g, struct gbatch *b)
 	}
 	if (b->done)
 		gwin_mark(g, g->read, b->seq);
-	put_spare(g, b->data, b->len);
+	if (b->orphan)              /* its bytes left the pool when it became one */
+		gbuf_free(b->data, b->len, b->fd);
+	else
+		gpool_put_spare(g, b->data, b->len, b->fd);
 	b->data = NULL;
+	b->fd = -1;
 	b->want_free = 0;
 	b->state = B_EMPTY;
 	g->st.freed++;
 	worker_wake(&g->w);
-	maybe_unlink(g, b);
+	gslot_maybe_unlink(g, b);
 }
 
 static struct gbatch *new_slot(struct group *g, uint64_t seq, int state)
@@ -139,6 +118,7 @@ static struct gbatch *new_slot(struct group *g, uint64_t seq, int state)
 		return NULL;
 	b->seq = seq;
 	b->state = state;
+	b->fd = -1;
 	b->len = group_batch_bytes(g, seq % g->nb);
 	b->touched = clock_now();
 	b->next = g->list;
@@ -152,12 +132,14 @@ static struct gbatch *new_slot(struct group *g, uint64_t seq, int state)
 static int take(struct group *g, struct gbatch *b, int how)
 {
 	uint8_t *data = NULL;
+	int fd = -1;
 
 	if (g->spares && g->spares->cap == b->len) {
 		struct spare *sp = g->spares;
 		g->spares = sp->next;
 		g->nspares--;
 		gpool_move_spare(g, b->len, 0);
+		fd = sp->fd;
 		data = (uint8_t *)sp;
 	} else {
 		while (!gpool_reserve(g, b->len, how)) {
@@ -165,12 +147,13 @@ static int take(struct group *g, struct gbatch *b, int how)
 				return 0;
 			gpool_drop_spares(g, 1);
 		}
-		if (!(data = malloc(b->len))) {
+		if (!(data = gbuf_new(g, b->len, &fd))) {
 			gpool_give_back(g, b->len, 0);
 			return -ENOMEM;
 		}
 	}
 	b->data = data;
+	b->fd = fd;
 	b->state = B_MAKING;
 	b->regen = gwin_marked(g, g->made, b->seq);
 	b->solo = gwin_marked(g, g->read, b->seq);
@@ -183,8 +166,9 @@ static int take(struct group *g, struct gbatch *b, int how)
  * is QUEUED again. Lock held. */
 static void untake(struct group *g, struct gbatch *b)
 {
-	free(b->data);
+	gbuf_free(b->data, b->len, b->fd);
 	b->data = NULL;
+	b->fd = -1;
 	b->state = B_QUEUED;
 	gpool_give_back(g, b->len, 0);
 }
@@ -214,7 +198,7 @@ static int take_for_reader(struct group *g, struct gbatch *b)
 		struct gbatch *far = unstarted(g);
 		if (!far)
 			break;
-		release(g, far);
+		gslot_release(g, far);
 	}
 	if (!r && !g->st.staged_bytes)
 		r = take(g, b, ROOM_ALLOWANCE);
@@ -231,7 +215,7 @@ static void yield_room(struct group *g)
 
 	gpool_drop_spares(g, 0);
 	while (g->st.staged_bytes > share && (far = unstarted(g)))
-		release(g, far);
+		gslot_release(g, far);
 }
 
 /* The next slot to make, marked MAKING, or NULL: nothing to do, or (with
@@ -291,7 +275,7 @@ static void drop_stalled(struct group *g)
 	if (g->jobs <= 1)
 		return;
 	for (struct gbatch *b = g->list; b; b = b->next)
-		if (b->state == B_READY && b->done && b->done < g->jobs && !b->pins &&
+		if (b->state == B_READY && b->done && b->done < g->jobs && b->pins == b->handed &&
 		    t - b->touched > g->o.timeout_s && (!old || b->touched < old->touched))
 			old = b;
 	if (!old)
@@ -301,8 +285,16 @@ static void drop_stalled(struct group *g)
 	g->st.jobs = g->jobs;
 	for (struct gbatch *b = g->list, *next; b; b = next) {
 		next = b->next;             /* release() may unlink b */
-		if (b->state == B_READY && b->done >= g->jobs)
-			release(g, b);
+		if (b->state != B_READY || b->done < g->jobs)
+			continue;
+		if (b->pins && b->pins == b->handed && !b->orphan) {
+			/* Only the kernel reads it now, for a consumer given up
+			 * on: its bytes leave the pool (the others need them),
+			 * its memfd is unmapped once the kernel lets go. */
+			b->orphan = 1;
+			gpool_give_back(g, b->len, 0);
+		}
+		gslot_release(g, b);
 	}
 }
 
@@ -352,9 +344,9 @@ static void serve(struct group *g, struct gbatch *b, struct gwait *w)
 	w->fn(w->arg, (ssize_t)n, data + w->off);
 	pthread_mutex_lock(&g->w.lock);
 	if (--b->pins == 0 && b->want_free)
-		release(g, b);          /* may drop the slot: B is not used after */
+		gslot_release(g, b);          /* may drop the slot: B is not used after */
 	else if (!b->pins)
-		maybe_unlink(g, b);
+		gslot_maybe_unlink(g, b);
 }
 
 /* B just became READY: answers its queued reads. Lock held. */
@@ -366,15 +358,18 @@ static void wake(struct group *g, struct gbatch *b)
 	b->pins++;                  /* keep it while we go through the list */
 	while (w) {
 		struct gwait *next = w->next;
-		serve(g, b, w);
+		if (w->open)
+			gpt_hand_waiter(g, b, w);
+		else
+			serve(g, b, w);
 		free(w);
 		w = next;
 	}
 	b->pins--;
 	if (b->want_free && !b->pins)
-		release(g, b);
+		gslot_release(g, b);
 	else
-		maybe_unlink(g, b);
+		gslot_maybe_unlink(g, b);
 }
 
 /* Fails queued reads older than wait_s (or all, when STOPPING). Lock held. */
@@ -483,37 +478,6 @@ static void *make_batches(void *arg)
 	free(file);
 	free(idx);
 	return NULL;
-}
-
-/* BYTES as "38.5 MB" or "3298.5 GB" into BUF. */
-static const char *human(double bytes, char *buf, size_t len)
-{
-	snprintf(buf, len, bytes >= 1e10 ? "%.1f GB" : "%.1f MB", bytes >= 1e10 ? bytes / 1e9 : bytes / 1e6);
-	return buf;
-}
-
-/* The bytes G may hold: its pool's limit (UINT64_MAX: no limit). */
-static uint64_t limit_of(const struct group_opts *o)
-{
-	if (o->pool)
-		return o->pool->limit;
-	return o->mem ? o->mem : UINT64_MAX;
-}
-
-int group_check_spec(const struct prep_spec *sp, const struct group_opts *o, char *err, size_t errlen)
-{
-	struct batch_header h;
-	size_t one = batch_layout(&sp->p, sp->batch, 0, 0, 0, &h);
-	uint64_t limit = limit_of(o);
-	char a[32], b[32];
-
-	if (one <= limit)
-		return 0;
-	snprintf(err, errlen, "one batch is %s (batch=%u at size=%u, %s), more than the prep memory of "
-		 "%s (--prep-mem): lower batch= or size=, or mount with a larger --prep-mem",
-		 human((double)one, a, sizeof(a)), sp->batch, sp->p.size,
-		 sp->p.dtype == BATCH_F32 ? "float32" : "uint8", human((double)limit, b, sizeof(b)));
-	return -EFBIG;
 }
 
 /* Sizes the window (DESIGN): the batches the pool can hold, one more for
@@ -643,13 +607,14 @@ void group_free(struct group *g)
 	while (g->list) {
 		struct gbatch *b = g->list;
 		g->list = b->next;
-		free(b->data);
+		if (b->data)
+			gbuf_free(b->data, b->len, b->fd);
 		free(b);
 	}
 	while (g->spares) {
 		struct spare *sp = g->spares;
 		g->spares = sp->next;
-		free(sp);
+		gbuf_free(sp, sp->cap, sp->fd);
 	}
 	for (int i = 0; i < 2; i++)
 		free(g->orders[i].v);
@@ -773,12 +738,14 @@ void group_close(struct group_reader *r)
 		return;
 	g = r->g;
 	pthread_mutex_lock(&g->w.lock);
+	if (r->handed)
+		gpt_unhand(g, r, 0);
 	g->st.readers--;
 	if (--r->b->readers == 0) {
 		if (r->b->state == B_READY && r->b->solo && !r->b->pins)
-			release(g, r->b);   /* nobody else is coming for it */
+			gslot_release(g, r->b);   /* nobody else is coming for it */
 		else
-			maybe_unlink(g, r->b);
+			gslot_maybe_unlink(g, r->b);
 	}
 	pthread_mutex_unlock(&g->w.lock);
 	free(r);

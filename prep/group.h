@@ -73,6 +73,10 @@ struct group_opts {
 	double wait_s;              /* a read waits this long for its batch; 0: 600 s */
 	uint32_t ahead;             /* batches made past the furthest read; 0: 2 per
 				     * worker, at least 4 */
+	int memfd;                  /* batches in files group_pt_open() can hand out
+				     * (kernel passthrough): memfds, or ... */
+	int files_dir;              /* ... when > 0, unnamed files (O_TMPFILE) in this
+				     * directory, a tmpfs with huge pages (the caller's) */
 };
 
 struct group_stats {
@@ -81,6 +85,8 @@ struct group_stats {
 	uint64_t regenerated;       /* batches made again */
 	uint64_t freed;             /* batches freed after their consumers */
 	uint64_t served_bytes;      /* bytes copied to readers */
+	uint64_t handed;            /* batch descriptors handed out (group_pt_open) */
+	uint64_t handed_bytes;      /* ... and the bytes of their batches */
 	uint64_t images;            /* samples made */
 	uint64_t bad_samples;       /* of those, substitutes */
 	uint64_t cpu_ns;            /* worker CPU time making batches */
@@ -146,6 +152,25 @@ void group_read_async(struct group_reader *r, off_t off, size_t len, group_read_
 /* The same, waiting on this thread: bytes copied into BUF (0 past the end)
  * or -errno. */
 ssize_t group_read(struct group_reader *r, off_t off, size_t len, void *buf);
+
+/* A descriptor of R's batch (its memfd, read-only use: the caller must
+ * not write it), for the kernel to read the batch without the daemon
+ * (FUSE passthrough). Only a batch already made, of a group with
+ * o.memfd: otherwise -EAGAIN, and the consumer reads with
+ * group_read_async(). Also -EBUSY (R already holds one), -ESHUTDOWN, or
+ * an errno of dup. The batch is pinned, so its memfd is never reused or
+ * written again, until group_pt_close(R, READ): then, with READ, the
+ * consumer counts as done with the batch (the daemon never sees a
+ * passthrough read, so the close stands for "read it whole"). The
+ * caller closes the descriptor once the kernel holds its own reference. */
+int group_pt_open(struct group_reader *r);
+/* The same for an open that waits: FN(ARG, fd or -errno, NULL) runs once,
+ * now or on the worker that makes the batch (or -ETIMEDOUT after wait_s,
+ * -ESHUTDOWN); unlike group_open(), this asks for the batch to be made. A
+ * group without o.memfd answers -EAGAIN at once. FN owns the descriptor. */
+void group_pt_open_async(struct group_reader *r, group_read_fn fn, void *arg);
+void group_pt_close(struct group_reader *r, int read);
+/* Ends R; a descriptor still handed is taken back, not counted as read. */
 void group_close(struct group_reader *r);
 
 #endif

@@ -19,9 +19,11 @@
 
 enum { B_QUEUED, B_MAKING, B_READY, B_EMPTY };
 
-/* A read waiting for its batch to be made. */
+/* A read waiting for its batch to be made, or (OPEN) an open waiting to
+ * be handed the batch's file (group_pt_open_async). */
 struct gwait {
 	struct group_reader *r;
+	int open;
 	off_t off;
 	size_t len;
 	double since;
@@ -38,8 +40,12 @@ struct gbatch {
 	int solo;                   /* read before: free after its reader */
 	int want_free;              /* free once unpinned */
 	uint8_t *data;              /* MAKING and READY: len bytes, counted in the pool */
+	int fd;                     /* ... a memfd of them (o.memfd), else -1 */
 	size_t len;
 	uint32_t readers, pins, done;
+	uint32_t handed;            /* of the pins, descriptors handed out (group_pt_open) */
+	int orphan;                 /* its consumers gave up while handed: out of the
+				     * pool, unmapped at the last unpin, never a spare */
 	double touched;             /* last made or read, monotonic seconds */
 	struct gbatch *next;
 };
@@ -49,14 +55,17 @@ struct group_reader {
 	struct gbatch *b;
 	uint64_t copied;
 	int counted;
+	int handed;                 /* holds a pin for a descriptor given out (group_pt_open) */
 };
 
 /* A freed batch's buffer kept for the next batch: a fresh malloc of tens
  * of MB is an mmap whose every page faults on first touch, which cost a
- * third of the CPU of making a batch. */
+ * third of the CPU of making a batch. Written over the buffer's first
+ * bytes (a batch maker writes every byte of a batch). */
 struct spare {
 	struct spare *next;
 	size_t cap;
+	int fd;                     /* its memfd, or -1 */
 };
 
 struct order_cache {
@@ -137,6 +146,27 @@ int gpool_reserve(struct group *g, size_t len, int how);
 void gpool_give_back(struct group *g, uint64_t staged, uint64_t spare);
 /* LEN bytes move between G's batches and its spares. G's lock. */
 void gpool_move_spare(struct group *g, size_t len, int to_spare);
+/* Drops slot B once nothing refers to it: no reader, no pin, no pixels.
+ * G's lock. */
+void gslot_maybe_unlink(struct group *g, struct gbatch *b);
+/* Frees B's pixels now (a spare, or unmapped if an orphan), or when its
+ * last pin goes. G's lock. */
+void gslot_release(struct group *g, struct gbatch *b);
+/* Answers open waiter W of READY batch B with a descriptor of its file
+ * (group_pt.c); the lock is let go around W's callback. G's lock. */
+void gpt_hand_waiter(struct group *g, struct gbatch *b, struct gwait *w);
+/* Takes back R's pin of a handed descriptor (group_pt.c); with READ, its
+ * consumer is done with the batch. G's lock. */
+void gpt_unhand(struct group *g, struct group_reader *r, int read);
+/* A freed batch's buffer P (LEN bytes, memfd FD or -1): kept as a spare
+ * or freed (group_pool.c says when). G's lock. */
+void gpool_put_spare(struct group *g, void *p, size_t len, int fd);
+/* A batch buffer of LEN bytes: malloc'd, or with G's o.memfd a shared
+ * mapping of a memfd of exactly LEN bytes (*FD; -1 otherwise). NULL:
+ * out of memory (errno). */
+uint8_t *gbuf_new(struct group *g, size_t len, int *fd);
+/* Frees a buffer from gbuf_new (or a spare's). */
+void gbuf_free(void *p, size_t len, int fd);
 /* Frees G's spares, all or (ONE) the first. G's lock. */
 void gpool_drop_spares(struct group *g, int one);
 

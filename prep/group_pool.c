@@ -1,5 +1,7 @@
-/* group_pool.c - the memory of prep groups: one pool for all groups, and
- * the window of epochs each group's bookkeeping covers (see group.c for
+/* group_pool.c - the memory of prep groups: one pool for all groups, the
+ * batch buffers and spares it counts (malloc'd, or memfds the kernel can
+ * read a batch from by passthrough), what a spec may ask of it, and the
+ * window of epochs each group's bookkeeping covers (see group.c for
  * slots, workers and readers; group_int.h for the structures).
  *
  * DESIGN
@@ -58,11 +60,28 @@
  *   bytes are the same; the cost is CPU, one make per such reader, where
  *   a batch evicted unread within the window is made once for all of them.
  *   A batch made ahead of the window (a reader far ahead of the frontier)
- *   counts as a first make and is not recorded. */
+ *   counts as a first make and is not recorded.
+ * - Batch buffers in files (o.memfd, set when the mount uses kernel
+ *   passthrough): unnamed files in a tmpfs with huge pages when the
+ *   caller made one (o.files_dir), else memfds (whose pages are 4 KiB
+ *   unless the host's shmem_enabled says otherwise: a consumer read them
+ *   at 3.7 GB/s, against 5.0 from 2 MiB pages, docs/design.md).
+ *   group_pt_open() hands a batch's file to the kernel,
+ *   which then reads it for a consumer without the daemon copying it. Such
+ *   a batch stays pinned until that consumer's last open of it is
+ *   released, so a memfd is never written again (made into the next
+ *   batch as a spare) while the kernel may read it; a group that ends
+ *   meanwhile unmaps its memfds, and the kernel's reference keeps the
+ *   pages until the consumer closes. The pool counts a memfd's bytes like
+ *   a malloc'd buffer's: shmem pages, charged to the daemon's cgroup. */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "group.h"
 #include "group_int.h"
@@ -237,6 +256,69 @@ void gpool_move_spare(struct group *g, size_t len, int to_spare)
 	pthread_mutex_unlock(&p->lock);
 }
 
+/* A freed batch's buffer P (LEN bytes, counted as G's batch): kept for
+ * reuse, up to one per worker and one more, while the pool is within its
+ * limit and no other group's reader waits for room; freed otherwise. (A
+ * group that waits only to make ahead does not get them: it would fault in
+ * fresh pages where this one reuses warm ones.) Only full batches' buffers
+ * are kept, so a spare always fits exactly. Lock held. */
+void gpool_put_spare(struct group *g, void *p, size_t len, int fd)
+{
+	int keep = g->nspares <= g->nth && len == g->full && len >= sizeof(struct spare);
+
+	if (keep)
+		keep = gpool_may_keep_spare(g);
+	if (keep) {
+		struct spare *sp = p;
+		sp->cap = len;
+		sp->fd = fd;
+		sp->next = g->spares;
+		g->spares = sp;
+		g->nspares++;
+		gpool_move_spare(g, len, 1);
+		return;
+	}
+	gbuf_free(p, len, fd);
+	gpool_give_back(g, len, 0);
+}
+
+uint8_t *gbuf_new(struct group *g, size_t len, int *fd)
+{
+	void *p;
+
+	*fd = -1;
+	if (!g->o.memfd)
+		return malloc(len);
+	int m = -1;
+	if (g->o.files_dir > 0)
+		m = openat(g->o.files_dir, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (m < 0)
+		m = memfd_create("epochfs-batch", MFD_CLOEXEC);
+	if (m < 0)
+		return NULL;
+	if (ftruncate(m, (off_t)len) < 0 ||
+	    (p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, m, 0)) == MAP_FAILED) {
+		int e = errno;
+		close(m);
+		errno = e;
+		return NULL;
+	}
+	*fd = m;
+	return p;
+}
+
+void gbuf_free(void *p, size_t len, int fd)
+{
+	if (fd < 0) {
+		free(p);
+		return;
+	}
+	/* A descriptor handed to the kernel keeps the memfd's pages until
+	 * the kernel lets it go; this only drops the daemon's hold. */
+	munmap(p, len);
+	close(fd);
+}
+
 /* Frees G's spares, all of them or (ONE) the first. G's lock held. */
 void gpool_drop_spares(struct group *g, int one)
 {
@@ -245,7 +327,7 @@ void gpool_drop_spares(struct group *g, int one)
 		size_t cap = sp->cap;
 		g->spares = sp->next;
 		g->nspares--;
-		free(sp);
+		gbuf_free(sp, cap, sp->fd);
 		gpool_give_back(g, 0, cap);
 		if (one)
 			return;
@@ -300,4 +382,37 @@ void gwin_slide(struct group *g, uint32_t epoch)
 		memset(g->read + (size_t)(e % g->wepochs) * g->row, 0, g->row);
 	}
 	g->wbase = base;
+}
+
+/* ---- what a spec may ask ---- */
+
+/* BYTES as "38.5 MB" or "3298.5 GB" into BUF. */
+static const char *human(double bytes, char *buf, size_t len)
+{
+	snprintf(buf, len, bytes >= 1e10 ? "%.1f GB" : "%.1f MB", bytes >= 1e10 ? bytes / 1e9 : bytes / 1e6);
+	return buf;
+}
+
+/* The bytes G may hold: its pool's limit (UINT64_MAX: no limit). */
+static uint64_t limit_of(const struct group_opts *o)
+{
+	if (o->pool)
+		return o->pool->limit;
+	return o->mem ? o->mem : UINT64_MAX;
+}
+
+int group_check_spec(const struct prep_spec *sp, const struct group_opts *o, char *err, size_t errlen)
+{
+	struct batch_header h;
+	size_t one = batch_layout(&sp->p, sp->batch, 0, 0, 0, &h);
+	uint64_t limit = limit_of(o);
+	char a[32], b[32];
+
+	if (one <= limit)
+		return 0;
+	snprintf(err, errlen, "one batch is %s (batch=%u at size=%u, %s), more than the prep memory of "
+		 "%s (--prep-mem): lower batch= or size=, or mount with a larger --prep-mem",
+		 human((double)one, a, sizeof(a)), sp->batch, sp->p.size,
+		 sp->p.dtype == BATCH_F32 ? "float32" : "uint8", human((double)limit, b, sizeof(b)));
+	return -EFBIG;
 }

@@ -230,6 +230,14 @@ int core_passthrough_start(struct core *c, int offered);
  * changed is never opened on its old backing. 0 or -errno. */
 int core_open_file(struct core *c, uint64_t node, int flags, const struct core_backing_reg *reg,
 		   struct core_attr *a, int *backing_id, uint64_t *fh);
+/* The same, answered through DONE (once: now, or later on another
+ * thread) with core_open_file()'s results: an open of a .prep/ batch not
+ * made yet, on a mount that uses passthrough, waits for the batch (without
+ * a thread) and is then handed its file; every other open is answered now.
+ * A (valid during the call) holds the attributes. */
+typedef void (*core_open_fn)(void *arg, int err, const struct core_attr *a, int backing_id, uint64_t fh);
+void core_open_file_async(struct core *c, uint64_t node, int flags, const struct core_backing_reg *reg,
+			  core_open_fn done, void *arg);
 int core_access(struct core *c, uint64_t node, int mask);
 ssize_t core_write(struct core *c, uint64_t node, const void *buf, size_t len, off_t off);
 /* Who asks for a create or an unlink (the FUSE request's caller): a

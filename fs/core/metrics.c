@@ -258,10 +258,18 @@ int core_samples(struct core *c, struct sample *out, int max)
 	if (c->prep)
 		prepdir_stats(c->prep, &ps, &groups);
 	GAUGE("prep_groups", "Prep groups declared in .prep/", groups);
+	if (c->prep && n < max)
+		out[n++] = (struct sample){ .name = "prep_batch_files", .kind = SAMPLE_INFO,
+					    .help = "Where made batches live and how consumers get them: tmpfs or "
+						    "memfd (the kernel reads them by passthrough), or memory (copied)",
+					    .text = prepdir_batch_files(c->prep) };
 	COUNTER("prep_batches_produced", "Batches made (first time)", ps.produced);
 	COUNTER("prep_batches_regenerated", "Batches made again after they were freed", ps.regenerated);
 	COUNTER("prep_batches_freed", "Batches freed once their consumers read them", ps.freed);
-	COUNTER("prep_served_bytes", "Batch bytes read by consumers", ps.served_bytes);
+	COUNTER("prep_served_bytes", "Batch bytes read by consumers through the daemon", ps.served_bytes);
+	COUNTER("prep_passthrough_opens", "Batch files opened with kernel passthrough: the kernel reads the batch's memfd itself",
+		ps.handed);
+	COUNTER("prep_passthrough_bytes", "The sizes of the batches opened so", ps.handed_bytes);
 	COUNTER("prep_images", "Images decoded and augmented", ps.images);
 	COUNTER("prep_bad_samples", "Images replaced by a substitute (corrupt, not JPEG, too large)", ps.bad_samples);
 	GAUGE("prep_staged_bytes", "Bytes of made batches held in memory", ps.staged_bytes);

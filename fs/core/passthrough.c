@@ -52,6 +52,7 @@
 
 #include "core/core_int.h"
 #include "core/ns/ns.h"
+#include "core/ns/prepdir.h"
 #include "store/cache.h"
 #include "store/index.h"
 #include "store/maint.h"
@@ -67,6 +68,7 @@ enum { FH_COPY = 1, FH_PASSTHROUGH = 2 };
 struct pt_node {
 	uint64_t node;
 	unsigned copy, pt;          /* opens through the daemon, through passthrough */
+	int pending;                /* a batch's open waits for its batch (core_open_file_async) */
 	int id;                     /* the kernel's backing id while pt > 0 */
 	int src;                    /* ... and it is SOURCE's file, not the cache's memfd */
 	struct pt_node *next;
@@ -187,6 +189,8 @@ int core_passthrough_start(struct core *c, int offered)
 		use = 0;
 	if (use) {
 		pthread_mutex_init(&c->opens->lock, NULL);
+		if (c->prep)            /* batches made from now on can pass through */
+			prepdir_set_memfd(c->prep, 1);
 		snprintf(c->passthrough_text, sizeof(c->passthrough_text), "on");
 		log_info("kernel passthrough on (%s): the kernel reads files of %llu MiB or more that the "
 			 "RAM cache holds whole straight from it%s; open() is answered by the daemon",
@@ -260,8 +264,12 @@ int core_open_file(struct core *c, uint64_t node, int flags, const struct core_b
 	if (err)
 		return err;
 	stats_add(&c->stats, STAT_OPENS, 1);
-	if (!__atomic_load_n(&c->pt_use, __ATOMIC_ACQUIRE) || ns_of(node) != NS_DATA || !S_ISREG(a->mode) ||
-	    (a->flags & CORE_F_DIRECT_IO) || (a->size < CORE_PT_MIN_SIZE && !c->pt_source))
+	/* A .prep/ batch passes through from its memfd, whatever its size:
+	 * its consumers would each copy it through the daemon otherwise. */
+	int batch = ns_of(node) == NS_PREP && c->prep && prepdir_is_batch(node);
+	if (!__atomic_load_n(&c->pt_use, __ATOMIC_ACQUIRE) || !S_ISREG(a->mode) ||
+	    (!batch && (ns_of(node) != NS_DATA || (a->flags & CORE_F_DIRECT_IO) ||
+			(a->size < CORE_PT_MIN_SIZE && !c->pt_source))))
 		return 0;
 	struct index_version v = { .ino = a->ino, .size = a->size, .mtime_ns = a->mtime_ns, .ctime_ns = a->ctime_ns };
 	pthread_mutex_lock(&o->lock);
@@ -280,8 +288,9 @@ int core_open_file(struct core *c, uint64_t node, int flags, const struct core_b
 		/* The kernel reads this inode from one backing file at a time. */
 		n->pt++;
 	} else if (!n->copy) {
-		int fd = a->size >= CORE_PT_MIN_SIZE ? cache_backing_fd(c->cache, core_data_id(node), &v) : -1;
-		if (fd < 0 && c->pt_source && from_source(c, core_data_id(node), &v) &&
+		int fd = batch ? prepdir_pt_open(c->prep, node)
+		       : a->size >= CORE_PT_MIN_SIZE ? cache_backing_fd(c->cache, core_data_id(node), &v) : -1;
+		if (fd < 0 && !batch && c->pt_source && from_source(c, core_data_id(node), &v) &&
 		    (fd = source_fd(c, core_data_id(node), &v)) >= 0)
 			src = 1;
 		if (fd >= 0) {
@@ -293,12 +302,14 @@ int core_open_file(struct core *c, uint64_t node, int flags, const struct core_b
 				n->src = src;
 				stats_add(&c->stats, STAT_PT_REGISTERED, 1);
 			} else {
+				if (batch)      /* read through the daemon after all */
+					prepdir_pt_close(c->prep, node, 0);
 				stats_add(&c->stats, STAT_PT_ERRORS, 1);
 				log_warn("kernel passthrough: the kernel refused a backing file (%s); the file is "
 					 "read through the daemon", strerror(-id));
 			}
 		}
-	} else {
+	} else if (!batch) {
 		int fd = cache_backing_fd(c->cache, core_data_id(node), &v);
 		if (fd >= 0) {          /* held whole, but an open reads it through us */
 			close(fd);
@@ -308,7 +319,10 @@ int core_open_file(struct core *c, uint64_t node, int flags, const struct core_b
 	if (n->pt) {
 		*backing_id = n->id;
 		*fh = FH_PASSTHROUGH;
-		if (n->src) {
+		a->flags &= ~CORE_F_DIRECT_IO;  /* a batch: the kernel reads the memfd */
+		if (batch) {
+			/* Counted by the group (prep_passthrough_opens). */
+		} else if (n->src) {
 			stats_add(&c->stats, STAT_PT_SOURCE_OPENS, 1);
 			stats_add(&c->stats, STAT_PT_SOURCE_BYTES, a->size);
 		} else {
@@ -320,6 +334,130 @@ int core_open_file(struct core *c, uint64_t node, int flags, const struct core_b
 	}
 	pthread_mutex_unlock(&o->lock);
 	return 0;
+}
+
+/* ---- opens of .prep/ batches, which may wait for their batch ---- */
+
+/* An open of a batch node waiting to be handed its batch's file. */
+struct batch_open {
+	struct core *c;
+	uint64_t node;
+	struct core_backing_reg reg;
+	struct core_attr a;
+	core_open_fn done;
+	void *arg;
+};
+
+/* The node's entry in the table, made if need be. O's lock. */
+static struct pt_node *node_entry(struct pt_opens *o, uint64_t node)
+{
+	struct pt_node *n;
+
+	for (n = *chain(o, node); n && n->node != node; n = n->next)
+		;
+	if (!n && (n = calloc(1, sizeof(*n)))) {
+		n->node = node;
+		n->next = *chain(o, node);
+		*chain(o, node) = n;
+	}
+	return n;
+}
+
+/* The batch's file came (FD), or not (-errno: not made in time, the group
+ * ended, no file): the open is answered, by passthrough or through the
+ * daemon. Any thread, no lock of ours held. */
+static void batch_opened(void *arg, ssize_t fd, const void *buf)
+{
+	struct batch_open *bo = arg;
+	struct core *c = bo->c;
+	struct pt_opens *o = c->opens;
+	struct pt_node *n;
+	uint64_t fh = FH_COPY;
+	int id = 0;
+
+	(void)buf;
+	if (fd >= 0) {
+		id = bo->reg.open(bo->reg.ctx, (int)fd);
+		close((int)fd);
+		if (id > 0) {
+			stats_add(&c->stats, STAT_PT_REGISTERED, 1);
+		} else {
+			prepdir_pt_close(c->prep, bo->node, 0);     /* read through the daemon after all */
+			stats_add(&c->stats, STAT_PT_ERRORS, 1);
+			log_warn("kernel passthrough: the kernel refused a batch's file (%s); the batch is read "
+				 "through the daemon", strerror(-id));
+			id = 0;
+		}
+	}
+	pthread_mutex_lock(&o->lock);
+	n = node_entry(o, bo->node);    /* kept while pending: found, never made */
+	n->pending = 0;
+	if (id) {
+		n->pt++;
+		n->id = id;
+		fh = FH_PASSTHROUGH;
+		bo->a.flags &= ~CORE_F_DIRECT_IO;
+	} else {
+		n->copy++;
+	}
+	pthread_mutex_unlock(&o->lock);
+	bo->done(bo->arg, 0, &bo->a, id, fh);
+	free(bo);
+}
+
+void core_open_file_async(struct core *c, uint64_t node, int flags, const struct core_backing_reg *reg,
+			  core_open_fn done, void *arg)
+{
+	struct core_attr a;
+	struct pt_node *n;
+	uint64_t fh;
+	int id, err;
+
+	if (!__atomic_load_n(&c->pt_use, __ATOMIC_ACQUIRE) || ns_of(node) != NS_PREP || !c->prep ||
+	    !prepdir_is_batch(node)) {
+		err = core_open_file(c, node, flags, reg, &a, &id, &fh);
+		done(arg, err, &a, id, fh);
+		return;
+	}
+	if ((err = core_open_check(c, node, flags, &a)) < 0) {
+		done(arg, err, &a, 0, 0);
+		return;
+	}
+	stats_add(&c->stats, STAT_OPENS, 1);
+	pthread_mutex_lock(&c->opens->lock);
+	if (!(n = node_entry(c->opens, node))) {
+		pthread_mutex_unlock(&c->opens->lock);
+		done(arg, -ENOMEM, &a, 0, 0);
+		return;
+	}
+	/* One backing a node: a second open while the first is handed the
+	 * file shares its id; while it waits, the second reads through the
+	 * daemon (a direct-I/O open, which the kernel allows beside one in
+	 * passthrough). */
+	if (n->pt || n->pending) {
+		if (n->pt) {
+			n->pt++;
+			id = n->id, fh = FH_PASSTHROUGH;
+			a.flags &= ~CORE_F_DIRECT_IO;
+		} else {
+			n->copy++;
+			id = 0, fh = FH_COPY;
+		}
+		pthread_mutex_unlock(&c->opens->lock);
+		done(arg, 0, &a, id, fh);
+		return;
+	}
+	struct batch_open *bo = malloc(sizeof(*bo));
+	if (!bo) {
+		n->copy++;
+		pthread_mutex_unlock(&c->opens->lock);
+		done(arg, 0, &a, 0, FH_COPY);
+		return;
+	}
+	n->pending = 1;
+	pthread_mutex_unlock(&c->opens->lock);
+	*bo = (struct batch_open){ .c = c, .node = node, .reg = *reg, .a = a, .done = done, .arg = arg };
+	prepdir_pt_open_async(c->prep, node, batch_opened, bo);
 }
 
 void core_pt_release(struct core *c, uint64_t node, uint64_t fh, const struct core_backing_reg *reg)
@@ -337,7 +475,7 @@ void core_pt_release(struct core *c, uint64_t node, uint64_t fh, const struct co
 		drop = n->id;
 	else if (n && fh == FH_COPY && n->copy)
 		n->copy--;
-	if (n && !n->pt && !n->copy) {
+	if (n && !n->pt && !n->copy && !n->pending) {
 		*p = n->next;
 		free(n);
 	}
@@ -346,6 +484,11 @@ void core_pt_release(struct core *c, uint64_t node, uint64_t fh, const struct co
 	 * node registers afresh. */
 	if (drop && reg)
 		reg->close(reg->ctx, drop);
+	/* A batch's last passthrough open is closed: its consumer is done
+	 * with it (the daemon saw none of its reads), and the batch's memfd
+	 * may be freed or reused, the kernel holding no open of it. */
+	if (drop && ns_of(node) == NS_PREP && c->prep)
+		prepdir_pt_close(c->prep, node, 1);
 }
 
 unsigned core_pt_open_files(struct core *c)

@@ -49,12 +49,13 @@ wait_for() {
 	return 1
 }
 
-# mount_ep SRC MNT [options]: starts the daemon in the foreground, in the background.
+# mount_ep SRC MNT [options]: starts the daemon in the foreground, in the background,
+# with $EP_EXTRA_ARGS before the options (a test run again in another mode).
 mount_ep() {
 	local src=$1 mnt=$2
 	shift 2
 	mkdir -p "$mnt"
-	"$EPOCHFS" -f "$@" "$src" "$mnt" 2>"$T/daemon.err" &
+	"$EPOCHFS" -f ${EP_EXTRA_ARGS:-} "$@" "$src" "$mnt" 2>"$T/daemon.err" &
 	EP_PID=$!
 	EP_MNT=$mnt
 	local i

@@ -17,6 +17,9 @@
 #   - misses by passthrough (--passthrough on, a cache of a fifth of the
 #     small files): misses opened on SOURCE's file, bytes right, no page
 #     on the FUSE inode, a replaced file read new; auto keeps no-open;
+#   - .prep/ batches by passthrough: every open of a batch is handed its
+#     file (made, or once made); bytes as without passthrough, each batch
+#     made once and freed once its consumers closed it;
 #   - a daemon run by nobody with --passthrough on: off, with the reason
 #     (no CAP_SYS_ADMIN), bytes right.
 # Skipped (77) where this kernel or user cannot use passthrough.
@@ -197,6 +200,52 @@ printf 'new bytes' > "$T/src/img/$f.tmp" && mv "$T/src/img/$f.tmp" "$T/src/img/$
 wait_for cmp -s "$T/src/img/$f" "$M/img/$f" || fail "a file replaced in SOURCE still reads old"
 umount_ep
 ok "--passthrough on, a cache of a fifth of 300 small files (auto: no opens): misses to the kernel; two reads right, $src opens from SOURCE, a replaced file reads new"
+
+# .prep/ batches by passthrough (--passthrough on): a group for 2 consumers
+# with memory for all its batches; consumer 1 reads every batch (its opens
+# wait for each batch to be made), consumer 2 then finds each made; both are
+# handed the batch's file at open: the kernel reads it, the daemon copies
+# none of it. Both get the bytes a mount
+# without passthrough gives (the same spec makes the same batches); every
+# batch is made once and freed once both consumers closed it; a batch file
+# opened for writing is refused.
+"$GEN" "$T/prep" --files 80 --classes 4 --seed 12 2>/dev/null || fail "gen"
+PREP=$ROOT/$BUILD/epochfs-prep
+CHECK="python3 $ROOT/tests/integration/prep_check.py"
+export ROOT
+one=$((128 + 64 + 8 * 32 * 32 * 3))
+for mode in on off; do
+	EP_ALLOWED_STDERR='prep: '
+	mount_ep "$T/prep" "$M" --no-persist --passthrough $mode --prep-mem $((24 * one))B
+	"$PREP" "$M" g --batch 8 --size 32 --jobs 2 --epochs 2 --seed 3 > /dev/null || fail "epochfs-prep ($mode)"
+	$CHECK consume "$M" g 2 > "$T/prep.$mode.1" || fail "consumer 1 ($mode)"
+	$CHECK consume-plain "$M" g 2 > "$T/prep.$mode.2" || fail "consumer 2 ($mode)"
+	cmp -s "$T/prep.$mode.1" "$T/prep.$mode.2" || fail "--passthrough $mode: the consumers saw different batches"
+	[ "$(wc -l < "$T/prep.$mode.1")" = 20 ] || fail "--passthrough $mode: consumer 1 read $(wc -l < "$T/prep.$mode.1") batches"
+	wait_for sh -c "[ \$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[\"prep_batches_freed\"])' '$M/.epochfs/stats.json') = 20 ]" ||
+		fail "--passthrough $mode: $(stat_of "$M" prep_batches_freed) batches freed, want 20"
+	made=$(stat_of "$M" prep_batches_produced)/$(stat_of "$M" prep_batches_regenerated)
+	[ "$made" = 20/0 ] || fail "--passthrough $mode: made/regenerated $made"
+	handed=$(stat_of "$M" prep_passthrough_opens)
+	copied=$(stat_of "$M" prep_served_bytes)
+	total=$(stat_of "$M" prep_passthrough_bytes)
+	if [ $mode = on ]; then
+		[ "$handed" = 40 ] || fail "--passthrough on: $handed batch opens by passthrough, want all 40"
+		handed_on=$handed copied_on=$copied
+		files=$(stat_of "$M" prep_batch_files)
+		case $files in tmpfs:*|memfd:*) ;; *) fail "--passthrough on: prep_batch_files is \"$files\"" ;; esac
+		[ "$copied" = 0 ] && [ "$total" -ge $((2 * 20 * one - 2 * one)) ] ||
+			fail "--passthrough on: $copied bytes copied and $total handed (some went through the daemon)"
+		b=$M/.prep/g/epoch-0000/batch-000000
+		python3 -c 'import sys; open(sys.argv[1], "r+b")' "$b" 2>/dev/null && fail "a batch file opened for writing"
+	else
+		[ "$handed" = 0 ] || fail "--passthrough off: $handed batch opens by passthrough"
+		case $(stat_of "$M" prep_batch_files) in memory:*) ;; *) fail "--passthrough off: prep_batch_files is $(stat_of "$M" prep_batch_files)" ;; esac
+	fi
+	umount_ep
+done
+cmp -s "$T/prep.on.1" "$T/prep.off.1" || fail "batches by passthrough differ from batches through the daemon"
+ok ".prep/ by passthrough (${files%%:*}): all $handed_on batch opens handed the batch's file, $copied_on bytes copied by the daemon; bytes as without passthrough; 20 batches made once, freed once"
 
 # ---- a daemon run by nobody ---------------------------------------------------
 [ "$(id -u)" = 0 ] || skip "the rest needs root (a daemon run by nobody)"

@@ -14,6 +14,11 @@ export ROOT
 m=$T/mnt
 one=$((128 + 64 + 16 * 32 * 32 * 3))       # a batch of 16 at 32x32, uint8
 mount_ep "$T/src" "$m" --prep-mem $((3 * one))B --prep-timeout 2
+PT=
+case ${EP_EXTRA_ARGS:-} in *"--passthrough on"*)     # t_prep_pt.sh
+	[ "$(stat_of "$m" passthrough)" = on ] || skip "kernel passthrough is not available here: $(stat_of "$m" passthrough_available)"
+	PT=1 ;;
+esac
 
 # The kernel may keep 128 background requests in flight (not its 12):
 # reads parked on batches not made yet must leave room for the reads that
@@ -43,6 +48,11 @@ read -r made regen freed imgs bad peak <<< "$(stat_of "$m" prep_batches_produced
 [ "$made/$regen/$freed/$imgs/$bad" = "20/0/20/300/0" ] || fail "made/regen/freed/images/bad: $made/$regen/$freed/$imgs/$bad"
 [ "$peak" -le $((3 * one)) ] || fail "held $peak bytes of batches, --prep-mem $((3 * one))"
 ok "3 consumers, identical bytes; 20 batches made once and freed; peak $peak <= $((3 * one)) bytes"
+if [ -n "$PT" ]; then
+	[ "$(stat_of "$m" prep_passthrough_opens)/$(stat_of "$m" prep_served_bytes)" = 60/0 ] ||
+		fail "with passthrough: $(stat_of "$m" prep_passthrough_opens) of 60 batch opens handed the file, $(stat_of "$m" prep_served_bytes) bytes copied"
+	ok "with passthrough: all 60 batch opens handed the batch's file ($(stat_of "$m" prep_batch_files | cut -d: -f1)), no byte copied"
+fi
 "$ROOT/$BUILD/epochfs-stat" "$m" --count 1 | grep "read MB/s" | grep -q "prep im/s.*cores" || fail "epochfs-stat: no prep columns"
 "$ROOT/$BUILD/epochfs-stat" "$m" --json --count 1 > "$T/stat" || fail "epochfs-stat"
 python3 - "$T/stat" <<'PY' || fail "epochfs-stat: $(cat "$T/stat")"
@@ -72,6 +82,11 @@ umount_ep
 
 # The same spec after a remount: the same bytes.
 mount_ep "$T/src" "$m" --prep-mem $((3 * one))B --prep-timeout 2
+PT=
+case ${EP_EXTRA_ARGS:-} in *"--passthrough on"*)     # t_prep_pt.sh
+	[ "$(stat_of "$m" passthrough)" = on ] || skip "kernel passthrough is not available here: $(stat_of "$m" passthrough_available)"
+	PT=1 ;;
+esac
 "$PREP" "$m" g --batch 16 --size 32 --jobs 3 --epochs 2 --seed 7 > /dev/null || fail "re-declare"
 printf 'batch=16\nsize=32\njobs=3\nepochs=2\nseed=7\n' > "$m/.prep/g.spec" || fail "a second job declaring the same group"
 python3 - "$m" "$md5" <<'PY' || fail "bytes differ after a remount"

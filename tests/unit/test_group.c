@@ -12,6 +12,7 @@
 
 #include "group.h"
 #include "helpers.h"
+#include "util/syncwait.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -598,4 +599,166 @@ Test(group, a_consumer_behind_the_window_reads_copies_of_its_own)
 	cr_expect_eq(s.freed, freed + 1);
 	cr_expect_eq(s.dropped, 0);
 	group_free(g), group_free(ref);
+}
+
+/* The whole of descriptor FD, from offset 0 (LEN bytes, malloc). */
+static uint8_t *pread_all(int fd, size_t len)
+{
+	uint8_t *b = malloc(len);
+	size_t off = 0;
+	ssize_t n;
+
+	while (off < len && (n = pread(fd, b + off, len - off, (off_t)off)) > 0)
+		off += (size_t)n;
+	cr_assert_eq(off, len);
+	return b;
+}
+
+Test(group, a_handed_memfd_reads_the_batch_and_is_never_reused_while_handed)
+{
+	tree();
+	size_t one = 128 + 32 + 8 * 32 * 32 * 3;
+	struct group_opts o = { .threads = 2, .mem = 2 * one, .timeout_s = 60, .wait_s = 20, .memfd = 1 };
+	struct group *g = mkgroup_opts("batch=8\nsize=32\njobs=2\nepochs=2\nseed=5\n", &o);
+	struct group_reader *rb, *far;
+	struct group_stats s;
+	uint64_t nb = group_batches(g);
+	size_t n;
+
+	/* Not made yet: no descriptor, the batch is read through the daemon. */
+	cr_assert_eq(group_open(g, 1, nb - 1, &far), 0);
+	cr_expect_eq(group_pt_open(far), -EAGAIN);
+	group_close(far);
+
+	/* Two consumers of each batch: A copies it, then B is handed the
+	 * memfd. Same bytes; the batch is freed once both are done. */
+	for (uint64_t i = 0; i < nb; i++) {
+		uint8_t *a = read_batch(g, 0, i, &n);
+		cr_assert_eq(group_open(g, 0, i, &rb), 0);
+		int fd = group_pt_open(rb);
+		cr_assert(fd >= 0, "batch %llu: group_pt_open %d", (unsigned long long)i, fd);
+		cr_expect_eq(group_pt_open(rb), -EBUSY, "one descriptor a reader");
+		uint8_t *b = pread_all(fd, n);
+		cr_expect(!memcmp(a, b, n), "batch %llu: the memfd holds other bytes", (unsigned long long)i);
+		cr_expect_eq(lseek(fd, 0, SEEK_END), (off_t)n, "the memfd is the batch's size");
+		close(fd);
+		group_get_stats(g, &s);
+		uint64_t freed = s.freed;
+		group_pt_close(rb, 1);      /* the kernel's last open of it released */
+		group_close(rb);
+		settle(g, &s);
+		cr_expect_eq(s.freed, freed + 1, "batch %llu not freed after both consumers", (unsigned long long)i);
+		free(a), free(b);
+	}
+	group_get_stats(g, &s);
+	cr_expect_eq(s.handed, nb);
+	cr_expect_eq(s.handed_bytes, s.served_bytes, "as many bytes handed as copied");
+	/* A reader closed with a descriptor still handed gives the pin back,
+	 * not counted as read: the batch waits for its other consumer. */
+	uint8_t *a = read_batch(g, 1, 0, &n);
+	cr_assert_eq(group_open(g, 1, 0, &rb), 0);
+	int fd = group_pt_open(rb);
+	cr_assert(fd >= 0);
+	close(fd);
+	group_get_stats(g, &s);
+	uint64_t freed = s.freed;
+	group_close(rb);
+	usleep(100000);
+	group_get_stats(g, &s);
+	cr_expect_eq(s.freed, freed, "closed unread, yet counted as read");
+	free(a);
+	group_free(g);
+}
+
+Test(group, a_handed_batch_stays_pinned_when_its_consumer_is_dropped)
+{
+	tree();
+	size_t one = 128 + 32 + 8 * 32 * 32 * 3, n;
+	/* Memory for about one batch and a short timeout: with B holding
+	 * batch 0 and reading nothing else, A waits for room, the timeout
+	 * drops B, batch 0 leaves the pool but stays mapped for B's
+	 * descriptor, and the batches A reads from then on reuse each
+	 * other's buffers (spares), never batch 0's memfd. */
+	/* Batches as unnamed files in a directory (the daemon's tmpfs with
+	 * huge pages; here the test's own directory), not memfds. */
+	struct group_opts o = { .threads = 2, .mem = 2 * one, .timeout_s = 0.3, .wait_s = 20, .memfd = 1,
+				.files_dir = base };
+	struct group *g = mkgroup_opts("batch=8\nsize=32\njobs=2\nepochs=1\nseed=5\n", &o);
+	struct group_reader *rb;
+	struct group_stats s;
+	uint64_t nb = group_batches(g);
+
+	uint8_t *a0 = read_batch(g, 0, 0, &n);
+	cr_assert_eq(group_open(g, 0, 0, &rb), 0);
+	int fd = group_pt_open(rb);
+	cr_assert(fd >= 0, "group_pt_open: %d", fd);
+	char link[64], target[4096] = "";
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	cr_expect(readlink(link, target, sizeof(target) - 1) > 0 && strncmp(target, dir, strlen(dir)) == 0,
+		  "the batch is not a file in files_dir: %s", target);
+	for (uint64_t i = 1; i < nb; i++) {
+		size_t m;
+		free(read_batch(g, 0, i, &m));
+		uint8_t *b = pread_all(fd, n);
+		cr_expect(!memcmp(a0, b, n), "after batch %llu, the handed memfd holds other bytes",
+			  (unsigned long long)i);
+		free(b);
+	}
+	settle(g, &s);              /* A's last batch freed */
+	cr_expect_eq(s.dropped, 1, "dropped %llu", (unsigned long long)s.dropped);
+	/* The pool's limit, and the handed batch, out of the pool since B
+	 * was dropped, on top. */
+	cr_expect(s.staged_peak <= 2 * n, "peak %llu", (unsigned long long)s.staged_peak);
+	uint64_t freed = s.freed;
+	close(fd);
+	group_pt_close(rb, 1);
+	group_close(rb);
+	settle(g, &s);
+	cr_expect_eq(s.freed, freed + 1, "the handed batch was kept after its close");
+	free(a0);
+	group_free(g);
+}
+
+Test(group, an_open_waits_for_its_batch_to_be_made_and_is_handed_it)
+{
+	tree();
+	struct group_opts o = { .threads = 2, .mem = 0, .timeout_s = 60, .wait_s = 20, .memfd = 1, .ahead = 1 };
+	struct group *g = mkgroup_opts("batch=8\nsize=32\njobs=1\nepochs=1\nseed=5\n", &o);
+	struct group_reader *r;
+	struct group_stats s;
+	uint64_t nb = group_batches(g);
+
+	/* Far past the run-ahead of one: not made, and nothing asks for it
+	 * until the open does. */
+	cr_assert_eq(group_open(g, 0, nb - 1, &r), 0);
+	usleep(200000);
+	group_get_stats(g, &s);
+	cr_expect_lt(s.produced, nb, "made before anyone asked");
+	struct sync_wait w = SYNC_WAIT_INIT(NULL);
+	group_pt_open_async(r, sync_wait_done, &w);
+	int fd = (int)sync_wait(&w);
+	cr_assert(fd >= 0, "group_pt_open_async: %d", fd);
+	char magic[8];
+	cr_expect_eq(pread(fd, magic, 8, 0), 8);
+	cr_expect(!memcmp(magic, "EPBATCH1", 8), "the handed file is no batch");
+	cr_expect_eq(lseek(fd, 0, SEEK_END), (off_t)group_batch_bytes(g, nb - 1));
+	close(fd);
+	group_get_stats(g, &s);
+	uint64_t freed = s.freed;
+	group_pt_close(r, 1);
+	group_close(r);
+	group_get_stats(g, &s);
+	cr_expect_eq(s.handed, 1);
+	cr_expect_eq(s.freed, freed + 1, "its one consumer closed it, yet it is held");
+	group_free(g);
+
+	/* A group whose batches are not in files answers at once. */
+	struct group_opts plain = { .threads = 1, .timeout_s = 60, .wait_s = 20 };
+	g = mkgroup_opts("batch=8\nsize=32\njobs=1\nepochs=1\nseed=5\n", &plain);
+	cr_assert_eq(group_open(g, 0, 0, &r), 0);
+	struct sync_wait w2 = SYNC_WAIT_INIT(NULL);
+	group_pt_open_async(r, sync_wait_done, &w2);
+	cr_expect_eq(sync_wait(&w2), -EAGAIN);
+	group_close(r);
+	group_free(g);
 }

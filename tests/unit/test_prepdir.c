@@ -742,3 +742,48 @@ Test(prepdir, groups_share_prep_mem)
 	cr_expect_leq(s.staged_peak, MEM + NG * one, "%llu bytes held", (unsigned long long)s.staged_peak);
 	cr_expect_eq(readers_settled(), 0);
 }
+
+/* Kernel passthrough of batches: with passthrough on (prepdir_set_memfd),
+ * a batch already made hands its file out for the kernel to read, the
+ * same bytes a read gets; the close counts its consumer done. Counters
+ * never go back: a group that ends leaves its counts in the sums. */
+Test(prepdir, a_made_batch_is_handed_out_and_counters_outlive_groups)
+{
+	struct prepdir_attr a, b, g;
+	struct group_stats s;
+	uint64_t groups;
+
+	cr_expect_str_eq(prepdir_batch_files(pd), "memory: copied to each consumer by the daemon");
+	prepdir_set_memfd(pd, 1);
+	const char *where = prepdir_batch_files(pd);
+	cr_expect(!strncmp(where, "tmpfs:", 6) || !strncmp(where, "memfd:", 6), "%s", where);
+	const char *spec = "batch=4\nsize=16\nepochs=1\njobs=2\n";
+	cr_assert_eq(declare("h", spec, NULL), (ssize_t)strlen(spec));
+	cr_assert_eq(lk(PREPDIR_DIR_NODE, "h", &g), 0);
+	cr_expect_eq(prepdir_pt_open(pd, g.node), -EAGAIN, "a directory handed out");
+	batch_node("h", 0, 0, &a);
+	batch_node("h", 0, 0, &b);
+	uint8_t *x = malloc(a.size), *y = malloc(a.size);
+	cr_assert_eq(rd(a.node, x, a.size, 0), (ssize_t)a.size);     /* consumer 1: made, copied */
+	int fd = prepdir_pt_open(pd, b.node);
+	cr_assert(fd >= 0, "prepdir_pt_open: %d", fd);
+	cr_expect_eq(pread(fd, y, a.size, 0), (ssize_t)a.size);
+	cr_expect(!memcmp(x, y, a.size), "the handed file holds other bytes");
+	close(fd);
+	prepdir_pt_close(pd, b.node, 1);                            /* consumer 2: done */
+	prepdir_forget(pd, a.node, 1);
+	prepdir_forget(pd, b.node, 1);
+	cr_expect_eq(readers_settled(), 0);
+	prepdir_stats(pd, &s, &groups);
+	cr_expect_eq(s.handed, 1);
+	cr_expect_eq(s.handed_bytes, a.size);
+	uint64_t made = s.produced, imgs = s.images;
+	cr_expect_geq(made, 1);
+	cr_assert_eq(unlink_settled("h.spec"), 0);
+	prepdir_stats(pd, &s, &groups);
+	cr_expect_eq(groups, 0);
+	cr_expect_geq(s.produced, made, "a counter went back when its group ended");
+	cr_expect_geq(s.images, imgs);
+	cr_expect_eq(s.handed, 1);
+	free(x), free(y);
+}

@@ -114,4 +114,5 @@ print("with the interpreters' start-up (launch to the last exit), medians: %s"
 print("runs per cell: %d; target (issue 17): K = 4 shared >= 5.7x tv, both dtypes"
       % min(len(v) for v in rows.values()))
 PY
+echo "daemon: .prep/ batches $(stat_of prep_batch_files | cut -d: -f1); batch opens by passthrough $(stat_of prep_passthrough_opens), $(python3 -c "print('%.2f' % ($(stat_of prep_served_bytes) / 1e9))") GB copied to consumers by the daemon"
 grep -hE "error|warning" "$W/err" >&2 || true

@@ -14,6 +14,8 @@
 #       under that load: prep's CPU while the K consumers read, against K
 #       torchvision uint8 pipelines (PILToTensor) at once.
 #   (3) GB/s one consumer pulls through batch files already made.
+#   (4) K consumers of made float32 batches with --passthrough on against
+#       off, alternating mounts (tools/bench/prep_pt.sh).
 # Environment: PREPB_FILES (2000), PREPB_JOBS (4), PREPB_DIR (build/bench-prep).
 set -eu
 cd "$(dirname "$0")/../.."
@@ -114,3 +116,5 @@ print("(3) one consumer through made batches: %.2f GB/s (%d batches, %.0f MB, ui
       % (r["bytes"] / r["wall_s"] / 1e9, r["batches"], r["bytes"] / 1e6))
 PY
 grep -E "warning|error" "$W/err" >&2 || true
+ep_stop          # (4) mounts its own, one at a time
+BUILD=$BUILD PREPB_FILES=$FILES PREPB_DIR=$DATA bash tools/bench/prep_pt.sh

@@ -22,9 +22,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
+#include <unistd.h>
 
 #include "core/ns/prepdir_int.h"
 #include "util/log.h"
+
+/* Adds the counters of S (what only grows) to SUM. */
+static void add_counters(struct group_stats *sum, const struct group_stats *s)
+{
+	sum->produced += s->produced;
+	sum->regenerated += s->regenerated;
+	sum->freed += s->freed;
+	sum->served_bytes += s->served_bytes;
+	sum->handed += s->handed;
+	sum->handed_bytes += s->handed_bytes;
+	sum->images += s->images;
+	sum->bad_samples += s->bad_samples;
+	sum->cpu_ns += s->cpu_ns;
+	sum->dropped += s->dropped;
+}
+
 
 int prepdir_new(const struct prepdir_io *io, const struct group_opts *o, struct prepdir **out)
 {
@@ -62,6 +80,8 @@ void prepdir_free(struct prepdir *pd)
 	for (unsigned i = 0; i < PREPDIR_MAX_GROUPS; i++)
 		group_free(pd->slots[i].g);
 	group_pool_free(pd->o.pool);
+	if (pd->o.files_dir > 0)
+		close(pd->o.files_dir);
 	pthread_mutex_destroy(&pd->lock);
 	free(pd);
 }
@@ -385,6 +405,9 @@ int prepdir_unlink(struct prepdir *pd, uint64_t parent, const char *name)
 					group_close(r->r);
 					r->r = NULL;
 				}
+		struct group_stats gs;
+		group_get_stats(s->g, &gs);
+		add_counters(&pd->ended, &gs);  /* counters never go back */
 		group_free(s->g);
 		s->g = NULL;
 		pd_clear_error(pd, s->name);   /* its complaints end with it */
@@ -394,6 +417,106 @@ int prepdir_unlink(struct prepdir *pd, uint64_t parent, const char *name)
 out:
 	pthread_mutex_unlock(&pd->lock);
 	return ret;
+}
+
+
+int prepdir_pt_open(struct prepdir *pd, uint64_t node)
+{
+	int fd = -EAGAIN;
+
+	if (KIND(node) != K_BATCH)
+		return -EAGAIN;
+	pthread_mutex_lock(&pd->lock);
+	struct rnode *r = reader_find(pd, node);
+	if (r && r->r)
+		fd = group_pt_open(r->r);
+	pthread_mutex_unlock(&pd->lock);
+	return fd;
+}
+
+void prepdir_pt_open_async(struct prepdir *pd, uint64_t node, group_read_fn fn, void *arg)
+{
+	if (KIND(node) != K_BATCH) {
+		fn(arg, -EAGAIN, NULL);
+		return;
+	}
+	pthread_mutex_lock(&pd->lock);
+	struct rnode *r = reader_find(pd, node);
+	struct pread *p = r && r->r ? malloc(sizeof(*p)) : NULL;
+	if (!p) {
+		pthread_mutex_unlock(&pd->lock);
+		fn(arg, r && r->r ? -ENOMEM : -ENOENT, NULL);
+		return;
+	}
+	/* In flight as a read is: the node and its reader stay until the
+	 * open is answered (pread_done). */
+	*p = (struct pread){ .pd = pd, .r = r, .fn = fn, .arg = arg };
+	r->inflight++;
+	struct group_reader *gr = r->r;
+	pthread_mutex_unlock(&pd->lock);
+	group_pt_open_async(gr, pread_done, p);
+}
+
+void prepdir_pt_close(struct prepdir *pd, uint64_t node, int read)
+{
+	if (KIND(node) != K_BATCH)
+		return;
+	pthread_mutex_lock(&pd->lock);
+	struct rnode *r = reader_find(pd, node);
+	if (r && r->r)              /* NULL: its group ended and took the pin back */
+		group_pt_close(r->r, read);
+	pthread_mutex_unlock(&pd->lock);
+}
+
+int prepdir_is_batch(uint64_t node)
+{
+	return KIND(node) == K_BATCH;
+}
+
+/* A tmpfs of the daemon's own, in no directory (a detached mount: nothing
+ * to see or clean up, gone with its last file), with huge pages, for the
+ * batch files the kernel reads by passthrough. -errno where the kernel
+ * or the caller's rights refuse (batches then go to memfds). */
+static int huge_tmpfs(void)
+{
+	int fs = fsopen("tmpfs", FSOPEN_CLOEXEC), mnt = -errno;
+
+	if (fs < 0)
+		return mnt;
+	if (fsconfig(fs, FSCONFIG_SET_STRING, "huge", "within_size", 0) < 0 ||
+	    fsconfig(fs, FSCONFIG_SET_STRING, "size", "100%", 0) < 0 ||
+	    fsconfig(fs, FSCONFIG_SET_STRING, "mode", "0700", 0) < 0 ||
+	    fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0 ||
+	    (mnt = fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_NOSUID)) < 0)
+		mnt = -errno;
+	close(fs);
+	return mnt;
+}
+
+void prepdir_set_memfd(struct prepdir *pd, int on)
+{
+	int dir = on ? huge_tmpfs() : -1;
+
+	pthread_mutex_lock(&pd->lock);
+	pd->o.memfd = on;
+	if (pd->o.files_dir > 0)
+		close(pd->o.files_dir);
+	pd->o.files_dir = dir > 0 ? dir : 0;
+	if (on && dir > 0)
+		snprintf(pd->files_text, sizeof(pd->files_text), "tmpfs: files in a tmpfs of the daemon's own with "
+			 "huge pages, read by the kernel (passthrough)");
+	else if (on)
+		snprintf(pd->files_text, sizeof(pd->files_text), "memfd: read by the kernel (passthrough); no tmpfs "
+			 "of our own (%s), so 4 KiB pages", strerror(-dir));
+	else
+		snprintf(pd->files_text, sizeof(pd->files_text), "memory: copied to each consumer by the daemon");
+	pthread_mutex_unlock(&pd->lock);
+}
+
+const char *prepdir_batch_files(struct prepdir *pd)
+{
+	/* Set once, at INIT, before any group can start. */
+	return pd->files_text[0] ? pd->files_text : "memory: copied to each consumer by the daemon";
 }
 
 
@@ -468,22 +591,16 @@ void prepdir_stats(struct prepdir *pd, struct group_stats *sum, uint64_t *groups
 	memset(sum, 0, sizeof(*sum));
 	*groups = 0;
 	pthread_mutex_lock(&pd->lock);
+	add_counters(sum, &pd->ended);
 	for (unsigned i = 0; i < PREPDIR_MAX_GROUPS; i++) {
 		struct group_stats s;
 		if (!pd->slots[i].g)
 			continue;
 		group_get_stats(pd->slots[i].g, &s);
 		(*groups)++;
+		add_counters(sum, &s);
 		sum->batches += s.batches;
-		sum->produced += s.produced;
-		sum->regenerated += s.regenerated;
-		sum->freed += s.freed;
-		sum->served_bytes += s.served_bytes;
-		sum->images += s.images;
-		sum->bad_samples += s.bad_samples;
-		sum->cpu_ns += s.cpu_ns;
 		sum->readers += s.readers;
-		sum->dropped += s.dropped;
 		sum->jobs += s.jobs;
 	}
 	pthread_mutex_unlock(&pd->lock);

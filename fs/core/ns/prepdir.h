@@ -87,14 +87,34 @@ void prepdir_release(struct prepdir *pd, uint64_t node);
 int prepdir_truncate(struct prepdir *pd, uint64_t node, off_t size);
 int prepdir_unlink(struct prepdir *pd, uint64_t parent, const char *name);
 void prepdir_forget(struct prepdir *pd, uint64_t node, uint64_t nlookup);
+/* Kernel passthrough of batch files (fs/core/passthrough.c): a descriptor
+ * of batch node NODE's memfd, the batch pinned until prepdir_pt_close();
+ * -EAGAIN when the batch is not made yet or not in a memfd (the node is
+ * then read through prepdir_read()), or -errno. The close with READ
+ * counts the node's consumer done with the batch (group_pt_close()). */
+int prepdir_is_batch(uint64_t node);
+int prepdir_pt_open(struct prepdir *pd, uint64_t node);
+/* The same for an open that may wait for its batch to be made (not on
+ * this thread): FN(ARG, descriptor or -errno, NULL) runs once, now or
+ * later (group_pt_open_async()); FN owns the descriptor. */
+void prepdir_pt_open_async(struct prepdir *pd, uint64_t node, group_read_fn fn, void *arg);
+void prepdir_pt_close(struct prepdir *pd, uint64_t node, int read);
+/* Whether groups started from now on keep their batches in memfds (set
+ * when the mount uses kernel passthrough). */
+void prepdir_set_memfd(struct prepdir *pd, int on);
+/* Where batches live and how consumers get them: "tmpfs: ...", "memfd:
+ * ..." (with why there is no tmpfs) or "memory: ..." (stats.json's
+ * prep_batch_files). */
+const char *prepdir_batch_files(struct prepdir *pd);
 /* The POS-th entry of directory DIR: its name (valid until the next call
  * on PD) and whether it is a directory; NULL past the end. */
 const char *prepdir_dirent(struct prepdir *pd, uint64_t dir, uint64_t pos, int *is_dir, char *name,
 			   size_t len);
 
-/* Sums over all groups, and how many there are; staged_bytes, staged_peak
- * (the most held at once by all groups together) and mem_limit are the
- * pool's. */
+/* Sums over all groups, and how many there are; the counters (produced,
+ * freed, served_bytes, images, cpu_ns, ...) include the groups that ended,
+ * so they never go back; staged_bytes, staged_peak (the most held at once
+ * by all groups together) and mem_limit are the pool's. */
 void prepdir_stats(struct prepdir *pd, struct group_stats *sum, uint64_t *groups);
 
 #endif

@@ -70,6 +70,8 @@ struct prepdir {
 	struct rnode *readers[READER_BUCKETS];
 	uint64_t next_reader;
 	char names[PREPDIR_MAX_GROUPS * 3][NAME_MAX + 8];   /* dirent scratch */
+	char files_text[200];               /* where batches live (prepdir_batch_files) */
+	struct group_stats ended;           /* the counters of groups that ended */
 };
 
 static inline uint64_t pd_mknode(unsigned kind, unsigned slot, uint16_t gen, uint64_t payload)

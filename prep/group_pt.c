@@ -1,0 +1,148 @@
+/* group_pt.c - batches handed to the kernel: a consumer's open of a batch
+ * file answered with the batch's memfd (FUSE passthrough), so the kernel
+ * reads it without the daemon copying it for each of the k consumers
+ * (group.h: group_pt_open, group_pt_close).
+ *
+ * DESIGN
+ * - An open of a batch not made yet waits for it without a thread
+ *   (group_pt_open_async: queued on the batch like a read, answered by the
+ *   worker that makes it; the FUSE adapter's threads are few). In a
+ *   search the k consumers read in step, right behind the workers: 34-74
+ *   of 256 opens found their batch made (part 5, K = 4), so handing out
+ *   made batches alone left most of the copies in place.
+ * - A handed batch is pinned until the kernel's last open of it is
+ *   released: its memfd is never written again (as the next batch's
+ *   spare) while the kernel may read it. The close stands for "read it
+ *   whole": the daemon sees no passthrough read.
+ * - A consumer given up on (the timeout, group_pool.c) while it holds a
+ *   handed batch: the batch leaves the pool at once (its bytes no longer
+ *   the group's to wait for) and is unmapped at the last unpin; the
+ *   kernel's reference keeps its pages for that consumer meanwhile.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "group.h"
+#include "group_int.h"
+#include "util/clock.h"
+#include "util/worker.h"
+
+/* Takes back R's pin of a handed descriptor; with READ, its consumer is
+ * done with the batch, as after reading it whole. Lock held. */
+void gpt_unhand(struct group *g, struct group_reader *r, int read)
+{
+	struct gbatch *b = r->b;
+
+	r->handed = 0;
+	b->handed--;
+	if (read && !r->counted) {
+		r->counted = 1;
+		r->copied = b->len;
+		if (++b->done >= g->jobs || b->solo)
+			b->want_free = 1;
+	}
+	if (--b->pins == 0 && b->want_free)
+		gslot_release(g, b);
+	else if (!b->pins)
+		gslot_maybe_unlink(g, b);
+}
+
+/* Pins B for R and returns a new descriptor of its file, or -errno. G's
+ * lock; B is READY with a file. */
+static int hand(struct group *g, struct gbatch *b, struct group_reader *r)
+{
+	int fd;
+
+	if (r->handed)
+		return -EBUSY;
+	if ((fd = fcntl(b->fd, F_DUPFD_CLOEXEC, 0)) < 0)
+		return -errno;
+	b->pins++;
+	b->handed++;
+	r->handed = 1;
+	b->touched = clock_now();
+	g->st.handed++;
+	g->st.handed_bytes += b->len;
+	if (b->seq + 1 > g->asked) {
+		g->asked = b->seq + 1;
+		worker_wake(&g->w);
+	}
+	return fd;
+}
+
+void gpt_hand_waiter(struct group *g, struct gbatch *b, struct gwait *w)
+{
+	int fd = b->fd >= 0 ? hand(g, b, w->r) : -EAGAIN;
+
+	pthread_mutex_unlock(&g->w.lock);
+	w->fn(w->arg, fd, NULL);
+	pthread_mutex_lock(&g->w.lock);
+}
+
+void group_pt_open_async(struct group_reader *r, group_read_fn fn, void *arg)
+{
+	struct group *g = r->g;
+	struct gbatch *b = r->b;
+	struct gwait *w = NULL;
+	int res = -EAGAIN;
+
+	pthread_mutex_lock(&g->w.lock);
+	if (!worker_running(&g->w))
+		res = -ESHUTDOWN;
+	else if (r->handed)
+		res = -EBUSY;
+	else if (b->state == B_READY)
+		res = b->fd >= 0 ? hand(g, b, r) : -EAGAIN;
+	else if (!g->o.memfd)
+		res = -EAGAIN;
+	else if (!(w = malloc(sizeof(*w))))
+		res = -ENOMEM;
+	if (w) {
+		/* Answered by the worker that makes it (wake()), or by
+		 * expire() after wait_s; an open is a reader's intent, so it
+		 * asks for the batch as a first read does. */
+		*w = (struct gwait){ .r = r, .open = 1, .since = clock_now(), .fn = fn, .arg = arg,
+				     .next = b->waiters };
+		b->waiters = w;
+		if (b->state == B_EMPTY) {
+			b->state = B_QUEUED;
+			worker_wake(&g->w);
+		}
+		if (b->seq + 1 > g->asked) {
+			g->asked = b->seq + 1;
+			worker_wake(&g->w);
+		}
+	}
+	pthread_mutex_unlock(&g->w.lock);
+	if (!w)
+		fn(arg, res, NULL);
+}
+
+int group_pt_open(struct group_reader *r)
+{
+	struct group *g = r->g;
+	struct gbatch *b = r->b;
+	int fd = -EAGAIN;
+
+	pthread_mutex_lock(&g->w.lock);
+	if (!worker_running(&g->w))
+		fd = -ESHUTDOWN;
+	else if (r->handed)
+		fd = -EBUSY;
+	else if (b->state == B_READY && b->fd >= 0)
+		fd = hand(g, b, r);
+	pthread_mutex_unlock(&g->w.lock);
+	return fd;
+}
+
+void group_pt_close(struct group_reader *r, int read)
+{
+	struct group *g = r->g;
+
+	pthread_mutex_lock(&g->w.lock);
+	if (r->handed)
+		gpt_unhand(g, r, read);
+	pthread_mutex_unlock(&g->w.lock);
+}
