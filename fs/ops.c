@@ -313,7 +313,8 @@ static void open_done(void *arg, int err, const struct core_attr *a, int id, uin
 	/* Valid replies: open, or err. An interrupted open gets no RELEASE:
 	 * what it holds is given back here. */
 	if (fuse_reply_open(o->req, fi) == -ENOENT && fh) {
-		struct core_backing_reg late = { .open = reg_open, .close = reg_close_session, .ctx = s };
+		struct core_backing_reg late = { .open = reg_open, .close = reg_close_session, .ctx = s,
+						 .unopened = 1 };
 		core_release(s->c, o->ino, fh, &late);
 	}
 	free(o);

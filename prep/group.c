@@ -97,10 +97,11 @@ void gslot_release(struct group *g, struct gbatch *b)
 	}
 	if (b->done)
 		gwin_mark(g, g->read, b->seq);
-	if (b->orphan)              /* its bytes left the pool when it became one */
-		gbuf_free(b->data, b->len, b->fd);
+	if (b->orphan || b->handed_once)    /* a consumer may still map its file */
+		gpool_put_handed(g, b->data, b->len, b->fd, !b->orphan);
 	else
-		gpool_put_spare(g, b->data, b->len, b->fd);
+		gpool_put_spare(g, b->data, b->len, b->fd, 0);
+	b->orphan = b->handed_once = 0;     /* made again, it is the pool's again */
 	b->data = NULL;
 	b->fd = -1;
 	b->want_free = 0;
@@ -134,13 +135,12 @@ static int take(struct group *g, struct gbatch *b, int how)
 	uint8_t *data = NULL;
 	int fd = -1;
 
-	if (g->spares && g->spares->cap == b->len) {
-		struct spare *sp = g->spares;
-		g->spares = sp->next;
-		g->nspares--;
-		gpool_move_spare(g, b->len, 0);
+	struct spare *sp = gpool_take_spare(g, b->len);
+
+	if (sp) {
 		fd = sp->fd;
-		data = (uint8_t *)sp;
+		data = sp->data;
+		free(sp);
 	} else {
 		while (!gpool_reserve(g, b->len, how)) {
 			if (!g->spares)
@@ -285,16 +285,17 @@ static void drop_stalled(struct group *g)
 	g->st.jobs = g->jobs;
 	for (struct gbatch *b = g->list, *next; b; b = next) {
 		next = b->next;             /* release() may unlink b */
-		if (b->state != B_READY || b->done < g->jobs)
+		if (b->state != B_READY)
 			continue;
-		if (b->pins && b->pins == b->handed && !b->orphan) {
-			/* Only the kernel reads it now, for a consumer given up
-			 * on: its bytes leave the pool (the others need them),
-			 * its memfd is unmapped once the kernel lets go. */
+		if (b->pins && b->pins == b->handed && !b->orphan && b->handed + b->done >= g->jobs) {
+			/* Only the kernel reads it now, for the consumers left:
+			 * its bytes leave the pool (the others need them), its
+			 * file is unmapped once the kernel lets go. */
 			b->orphan = 1;
 			gpool_give_back(g, b->len, 0);
 		}
-		gslot_release(g, b);
+		if (b->done >= g->jobs)
+			gslot_release(g, b);
 	}
 }
 
@@ -572,13 +573,8 @@ out_free:
 	return e;
 }
 
-void group_free(struct group *g)
+void group_stop(struct group *g)
 {
-	struct group_pool *p;
-
-	if (!g)
-		return;
-	p = g->pool;
 	/* Stopped and its queued reads failed in one critical section: a read
 	 * arriving after it is refused, never queued for no one. */
 	pthread_mutex_lock(&g->w.lock);
@@ -586,6 +582,16 @@ void group_free(struct group *g)
 	expire(g, 1);
 	pthread_mutex_unlock(&g->w.lock);
 	worker_stop(&g->w);
+}
+
+void group_free(struct group *g)
+{
+	struct group_pool *p;
+
+	if (!g)
+		return;
+	p = g->pool;
+	group_stop(g);
 	/* Off the pool, its bytes given back, before its condvar goes: the
 	 * other groups wake it only from the pool's list, under its lock. */
 	pthread_mutex_lock(&p->lock);
@@ -614,7 +620,8 @@ void group_free(struct group *g)
 	while (g->spares) {
 		struct spare *sp = g->spares;
 		g->spares = sp->next;
-		gbuf_free(sp, sp->cap, sp->fd);
+		gbuf_free(sp->data, sp->cap, sp->fd);
+		free(sp);
 	}
 	for (int i = 0; i < 2; i++)
 		free(g->orders[i].v);

@@ -64,6 +64,8 @@ struct group_io {
 	void (*bad)(void *ctx, const char *rel, int err);
 };
 
+enum { GROUP_BUF_MALLOC, GROUP_BUF_MEMFD, GROUP_BUF_DIR };
+
 struct group_opts {
 	unsigned threads;           /* workers; 0: one per CPU */
 	struct group_pool *pool;    /* shared with other groups; NULL: one of MEM of its own */
@@ -73,10 +75,13 @@ struct group_opts {
 	double wait_s;              /* a read waits this long for its batch; 0: 600 s */
 	uint32_t ahead;             /* batches made past the furthest read; 0: 2 per
 				     * worker, at least 4 */
-	int memfd;                  /* batches in files group_pt_open() can hand out
-				     * (kernel passthrough): memfds, or ... */
-	int files_dir;              /* ... when > 0, unnamed files (O_TMPFILE) in this
-				     * directory, a tmpfs with huge pages (the caller's) */
+	int bufs;                   /* where batches are made: GROUP_BUF_MALLOC (0), or
+				     * files group_pt_open() can hand out (kernel
+				     * passthrough): GROUP_BUF_MEMFD, or GROUP_BUF_DIR:
+				     * unnamed files (O_TMPFILE) in FILES_DIR, a tmpfs
+				     * with huge pages (the caller's), memfds where
+				     * that fails */
+	int files_dir;
 };
 
 struct group_stats {
@@ -122,8 +127,11 @@ int group_check_spec(const struct prep_spec *sp, const struct group_opts *o, cha
  * -EFBIG (group_check_spec), -ENOMEM, or a thread error. */
 int group_new(const struct prep_spec *sp, struct folder *f, const struct group_io *io,
 	      const struct group_opts *o, struct group **out, char *err, size_t errlen);
-/* Stops the workers, fails reads still waiting (-ESHUTDOWN) and frees
- * everything; every reader must be closed first. */
+/* Stops the workers and fails the reads and opens still waiting
+ * (-ESHUTDOWN): after it, no callback of G runs. Idempotent; readers may
+ * be closed after it. */
+void group_stop(struct group *g);
+/* group_stop(), then frees everything; every reader must be closed first. */
 void group_free(struct group *g);
 
 const struct prep_spec *group_spec(const struct group *g);
@@ -153,21 +161,25 @@ void group_read_async(struct group_reader *r, off_t off, size_t len, group_read_
  * or -errno. */
 ssize_t group_read(struct group_reader *r, off_t off, size_t len, void *buf);
 
-/* A descriptor of R's batch (its memfd, read-only use: the caller must
- * not write it), for the kernel to read the batch without the daemon
- * (FUSE passthrough). Only a batch already made, of a group with
- * o.memfd: otherwise -EAGAIN, and the consumer reads with
+/* A descriptor of R's batch's file (read-only use: the caller must not
+ * write it), for the kernel to read the batch without the daemon (FUSE
+ * passthrough). Only a batch already made, of a group whose batches are
+ * files (o.bufs): otherwise -EAGAIN, and the consumer reads with
  * group_read_async(). Also -EBUSY (R already holds one), -ESHUTDOWN, or
- * an errno of dup. The batch is pinned, so its memfd is never reused or
- * written again, until group_pt_close(R, READ): then, with READ, the
- * consumer counts as done with the batch (the daemon never sees a
- * passthrough read, so the close stands for "read it whole"). The
- * caller closes the descriptor once the kernel holds its own reference. */
+ * an errno of dup. The batch is pinned until group_pt_close(R, READ):
+ * then, with READ, the consumer counts as done with the batch (the daemon
+ * never sees a passthrough read, so the close stands for "read it
+ * whole"). A file once handed out is never made into another batch: a
+ * mapping of it can outlive the close. A batch handed to (or done by)
+ * every consumer leaves the pool's count at once: its bytes are the
+ * consumers' until they close. The caller closes the descriptor once the
+ * kernel holds its own reference. */
 int group_pt_open(struct group_reader *r);
 /* The same for an open that waits: FN(ARG, fd or -errno, NULL) runs once,
  * now or on the worker that makes the batch (or -ETIMEDOUT after wait_s,
  * -ESHUTDOWN); unlike group_open(), this asks for the batch to be made. A
- * group without o.memfd answers -EAGAIN at once. FN owns the descriptor. */
+ * group whose batches are not files answers -EAGAIN at once. FN owns the
+ * descriptor. */
 void group_pt_open_async(struct group_reader *r, group_read_fn fn, void *arg);
 void group_pt_close(struct group_reader *r, int read);
 /* Ends R; a descriptor still handed is taken back, not counted as read. */

@@ -40,12 +40,15 @@ struct gbatch {
 	int solo;                   /* read before: free after its reader */
 	int want_free;              /* free once unpinned */
 	uint8_t *data;              /* MAKING and READY: len bytes, counted in the pool */
-	int fd;                     /* ... a memfd of them (o.memfd), else -1 */
+	int fd;                     /* ... a file of them (o.bufs), else -1 */
 	size_t len;
 	uint32_t readers, pins, done;
 	uint32_t handed;            /* of the pins, descriptors handed out (group_pt_open) */
-	int orphan;                 /* its consumers gave up while handed: out of the
-				     * pool, unmapped at the last unpin, never a spare */
+	int handed_once;            /* its file was handed out: never a spare (a
+				     * consumer's mapping can outlive its close) */
+	int orphan;                 /* out of the pool's count while handed (every
+				     * consumer has it, or one was dropped holding
+				     * it): unmapped at the last unpin */
 	double touched;             /* last made or read, monotonic seconds */
 	struct gbatch *next;
 };
@@ -60,12 +63,14 @@ struct group_reader {
 
 /* A freed batch's buffer kept for the next batch: a fresh malloc of tens
  * of MB is an mmap whose every page faults on first touch, which cost a
- * third of the CPU of making a batch. Written over the buffer's first
- * bytes (a batch maker writes every byte of a batch). */
+ * third of the CPU of making a batch. */
 struct spare {
 	struct spare *next;
+	void *data;
 	size_t cap;
-	int fd;                     /* its memfd, or -1 */
+	int fd;                     /* its file, or -1 */
+	int check;                  /* its file was handed out: reused only once no
+				     * one else holds it (gbuf_unshared) */
 };
 
 struct order_cache {
@@ -158,12 +163,20 @@ void gpt_hand_waiter(struct group *g, struct gbatch *b, struct gwait *w);
 /* Takes back R's pin of a handed descriptor (group_pt.c); with READ, its
  * consumer is done with the batch. G's lock. */
 void gpt_unhand(struct group *g, struct group_reader *r, int read);
-/* A freed batch's buffer P (LEN bytes, memfd FD or -1): kept as a spare
- * or freed (group_pool.c says when). G's lock. */
-void gpool_put_spare(struct group *g, void *p, size_t len, int fd);
-/* A batch buffer of LEN bytes: malloc'd, or with G's o.memfd a shared
- * mapping of a memfd of exactly LEN bytes (*FD; -1 otherwise). NULL:
- * out of memory (errno). */
+/* A freed batch's buffer P (LEN bytes, file FD or -1): kept as a spare
+ * or freed (group_pool.c says when); CHECK: see struct spare. G's lock. */
+void gpool_put_spare(struct group *g, void *p, size_t len, int fd, int check);
+/* A spare of LEN bytes that may be made into a batch now, off the list and
+ * counted as a batch again (free the node, keep its buffer), or NULL.
+ * G's lock. */
+struct spare *gpool_take_spare(struct group *g, size_t len);
+/* The same for a buffer whose file was handed out (COUNTED: its bytes are
+ * still the pool's, not an orphan's): a spare only when no one else holds
+ * the file, else freed. G's lock. */
+void gpool_put_handed(struct group *g, void *p, size_t len, int fd, int counted);
+/* A batch buffer of LEN bytes: malloc'd, or with G's o.bufs a shared
+ * mapping of a file of exactly LEN bytes, its pages allocated now (*FD;
+ * -1 otherwise). NULL: out of memory (errno). */
 uint8_t *gbuf_new(struct group *g, size_t len, int *fd);
 /* Frees a buffer from gbuf_new (or a spare's). */
 void gbuf_free(void *p, size_t len, int fd);

@@ -61,19 +61,26 @@
  *   a batch evicted unread within the window is made once for all of them.
  *   A batch made ahead of the window (a reader far ahead of the frontier)
  *   counts as a first make and is not recorded.
- * - Batch buffers in files (o.memfd, set when the mount uses kernel
+ * - Batch buffers in files (o.bufs, set when the mount uses kernel
  *   passthrough): unnamed files in a tmpfs with huge pages when the
- *   caller made one (o.files_dir), else memfds (whose pages are 4 KiB
+ *   caller made one (GROUP_BUF_DIR), else memfds (whose pages are 4 KiB
  *   unless the host's shmem_enabled says otherwise: a consumer read them
- *   at 3.7 GB/s, against 5.0 from 2 MiB pages, docs/design.md).
- *   group_pt_open() hands a batch's file to the kernel,
- *   which then reads it for a consumer without the daemon copying it. Such
- *   a batch stays pinned until that consumer's last open of it is
- *   released, so a memfd is never written again (made into the next
- *   batch as a spare) while the kernel may read it; a group that ends
- *   meanwhile unmaps its memfds, and the kernel's reference keeps the
- *   pages until the consumer closes. The pool counts a memfd's bytes like
- *   a malloc'd buffer's: shmem pages, charged to the daemon's cgroup. */
+ *   at 3.7 GB/s, against 5.0 from 2 MiB pages, docs/design.md). Their
+ *   pages are allocated when the buffer is (posix_fallocate): a full
+ *   tmpfs answers ENOMEM there, never a SIGBUS in a worker.
+ *   group_pt.c hands a batch's file to the kernel, which then reads it for
+ *   a consumer without the daemon copying it. Such a batch stays pinned
+ *   until that consumer's open of it is released, and even then its file
+ *   is made into another batch only once no one else holds it: a spare
+ *   marked CHECK is taken only when a write lease on its tmpfs file is
+ *   granted, which the kernel does only then (memfds take no lease: freed
+ *   at once). A consumer's mapping of it outlives the release, and the
+ *   kernel's own open of it often outlives the RELEASE by a moment. A batch every consumer has been
+ *   handed leaves the pool's count (an orphan): its bytes are theirs
+ *   until they close, as a file's pages are a reader's, and waiting on
+ *   them would let a consumer that holds its files open stall the
+ *   others. The pool counts a file's bytes like a malloc'd buffer's
+ *   otherwise: shmem pages, charged to the daemon's cgroup. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -262,17 +269,15 @@ void gpool_move_spare(struct group *g, size_t len, int to_spare)
  * group that waits only to make ahead does not get them: it would fault in
  * fresh pages where this one reuses warm ones.) Only full batches' buffers
  * are kept, so a spare always fits exactly. Lock held. */
-void gpool_put_spare(struct group *g, void *p, size_t len, int fd)
+void gpool_put_spare(struct group *g, void *p, size_t len, int fd, int check)
 {
-	int keep = g->nspares <= g->nth && len == g->full && len >= sizeof(struct spare);
+	int keep = g->nspares <= g->nth && len == g->full;
+	struct spare *sp = NULL;
 
 	if (keep)
 		keep = gpool_may_keep_spare(g);
-	if (keep) {
-		struct spare *sp = p;
-		sp->cap = len;
-		sp->fd = fd;
-		sp->next = g->spares;
+	if (keep && (sp = malloc(sizeof(*sp)))) {
+		*sp = (struct spare){ .next = g->spares, .data = p, .cap = len, .fd = fd, .check = check };
 		g->spares = sp;
 		g->nspares++;
 		gpool_move_spare(g, len, 1);
@@ -282,23 +287,83 @@ void gpool_put_spare(struct group *g, void *p, size_t len, int fd)
 	gpool_give_back(g, len, 0);
 }
 
+/* Whether no one but the daemon holds file FD: a tmpfs file takes a write
+ * lease only when no other open file or mapping of it exists (the kernel's
+ * passthrough file, a consumer's mmap). memfds take no lease: never. */
+static int gbuf_unshared(int fd)
+{
+	if (fcntl(fd, F_SETLEASE, F_WRLCK) < 0)
+		return 0;
+	fcntl(fd, F_SETLEASE, F_UNLCK);
+	return 1;
+}
+
+struct spare *gpool_take_spare(struct group *g, size_t len)
+{
+	for (struct spare **pp = &g->spares; *pp; pp = &(*pp)->next) {
+		struct spare *sp = *pp;
+		if (sp->cap != len || (sp->check && !gbuf_unshared(sp->fd)))
+			continue;
+		*pp = sp->next;
+		g->nspares--;
+		gpool_move_spare(g, len, 0);
+		return sp;
+	}
+	return NULL;
+}
+
+void gpool_put_handed(struct group *g, void *p, size_t len, int fd, int counted)
+{
+	struct group_pool *pool = g->pool;
+
+	/* Only a tmpfs file can say when no one holds it (a lease); the
+	 * kernel may still hold it now, a moment after the RELEASE (half of
+	 * the files, measured), so the lease is asked when a spare is taken. */
+	if (g->o.bufs == GROUP_BUF_DIR && fd >= 0) {
+		if (!counted) {
+			/* An orphan's bytes come back into the pool's count if
+			 * they fit (no peak: they were held all along). */
+			pthread_mutex_lock(&pool->lock);
+			if (pool->held <= pool->limit && len <= pool->limit - pool->held) {
+				pool->held += len;
+				pool->staged += len;
+				counted = 1;
+			}
+			pthread_mutex_unlock(&pool->lock);
+			if (counted)
+				g->st.staged_bytes += len;
+		}
+		if (counted) {
+			gpool_put_spare(g, p, len, fd, 1);
+			return;
+		}
+	}
+	gbuf_free(p, len, fd);
+	if (counted)
+		gpool_give_back(g, len, 0);
+}
+
 uint8_t *gbuf_new(struct group *g, size_t len, int *fd)
 {
 	void *p;
 
 	*fd = -1;
-	if (!g->o.memfd)
+	if (g->o.bufs == GROUP_BUF_MALLOC)
 		return malloc(len);
 	int m = -1;
-	if (g->o.files_dir > 0)
+	if (g->o.bufs == GROUP_BUF_DIR)
 		m = openat(g->o.files_dir, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 	if (m < 0)
 		m = memfd_create("epochfs-batch", MFD_CLOEXEC);
 	if (m < 0)
 		return NULL;
-	if (ftruncate(m, (off_t)len) < 0 ||
-	    (p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, m, 0)) == MAP_FAILED) {
-		int e = errno;
+	/* The pages now, not at the worker's first write through the
+	 * mapping: a tmpfs out of room there would be a SIGBUS. */
+	int e = posix_fallocate(m, 0, (off_t)len);
+	if (e == EOPNOTSUPP || e == EINVAL)
+		e = ftruncate(m, (off_t)len) < 0 ? errno : 0;
+	if (e || (p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, m, 0)) == MAP_FAILED) {
+		e = e ? e : errno;
 		close(m);
 		errno = e;
 		return NULL;
@@ -313,8 +378,8 @@ void gbuf_free(void *p, size_t len, int fd)
 		free(p);
 		return;
 	}
-	/* A descriptor handed to the kernel keeps the memfd's pages until
-	 * the kernel lets it go; this only drops the daemon's hold. */
+	/* A descriptor handed to the kernel, or a consumer's mapping, keeps
+	 * the file's pages until it goes; this only drops the daemon's hold. */
 	munmap(p, len);
 	close(fd);
 }
@@ -327,7 +392,8 @@ void gpool_drop_spares(struct group *g, int one)
 		size_t cap = sp->cap;
 		g->spares = sp->next;
 		g->nspares--;
-		gbuf_free(sp, cap, sp->fd);
+		gbuf_free(sp->data, cap, sp->fd);
+		free(sp);
 		gpool_give_back(g, 0, cap);
 		if (one)
 			return;

@@ -1,5 +1,5 @@
 /* group_pt.c - batches handed to the kernel: a consumer's open of a batch
- * file answered with the batch's memfd (FUSE passthrough), so the kernel
+ * file answered with the batch's file (FUSE passthrough), so the kernel
  * reads it without the daemon copying it for each of the k consumers
  * (group.h: group_pt_open, group_pt_close).
  *
@@ -11,13 +11,18 @@
  *   of 256 opens found their batch made (part 5, K = 4), so handing out
  *   made batches alone left most of the copies in place.
  * - A handed batch is pinned until the kernel's last open of it is
- *   released: its memfd is never written again (as the next batch's
- *   spare) while the kernel may read it. The close stands for "read it
- *   whole": the daemon sees no passthrough read.
- * - A consumer given up on (the timeout, group_pool.c) while it holds a
- *   handed batch: the batch leaves the pool at once (its bytes no longer
- *   the group's to wait for) and is unmapped at the last unpin; the
- *   kernel's reference keeps its pages for that consumer meanwhile.
+ *   released, and its file is never made into another batch afterwards
+ *   (never a spare: a passthrough mmap maps the file itself and outlives
+ *   the release). The release stands for "read it whole": the daemon
+ *   sees no passthrough read.
+ * - A batch every consumer has been handed (or has read) leaves the
+ *   pool's count at once (an orphan, group_pool.c): its bytes are the
+ *   consumers' until they close. Otherwise a consumer that holds its
+ *   batch files open (a prefetching loader; `cmp b0 b1`) would hold the
+ *   pool and stall the next open for wait_s.
+ * - A consumer given up on (the timeout) while it holds a handed batch:
+ *   the batch leaves the pool the same way; the kernel's reference keeps
+ *   its pages for that consumer meanwhile.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -61,10 +66,17 @@ static int hand(struct group *g, struct gbatch *b, struct group_reader *r)
 		return -errno;
 	b->pins++;
 	b->handed++;
+	b->handed_once = 1;
 	r->handed = 1;
 	b->touched = clock_now();
 	g->st.handed++;
 	g->st.handed_bytes += b->len;
+	if (!b->orphan && (b->solo || b->handed + b->done >= g->jobs)) {
+		/* Every consumer has it (or read it): no one is left for whom
+		 * the pool should keep it. */
+		b->orphan = 1;
+		gpool_give_back(g, b->len, 0);
+	}
 	if (b->seq + 1 > g->asked) {
 		g->asked = b->seq + 1;
 		worker_wake(&g->w);
@@ -95,7 +107,7 @@ void group_pt_open_async(struct group_reader *r, group_read_fn fn, void *arg)
 		res = -EBUSY;
 	else if (b->state == B_READY)
 		res = b->fd >= 0 ? hand(g, b, r) : -EAGAIN;
-	else if (!g->o.memfd)
+	else if (g->o.bufs == GROUP_BUF_MALLOC)
 		res = -EAGAIN;
 	else if (!(w = malloc(sizeof(*w))))
 		res = -ENOMEM;

@@ -208,6 +208,8 @@ struct core_backing_reg {
 	int (*open)(void *ctx, int fd);
 	void (*close)(void *ctx, int id);
 	void *ctx;
+	int unopened;               /* at a release: the opener never got its file
+				     * (an OPEN whose reply did not arrive) */
 };
 
 /* The kernel connected (INIT). OFFERED: it offers FUSE passthrough.

@@ -267,9 +267,6 @@ int core_samples(struct core *c, struct sample *out, int max)
 	COUNTER("prep_batches_regenerated", "Batches made again after they were freed", ps.regenerated);
 	COUNTER("prep_batches_freed", "Batches freed once their consumers read them", ps.freed);
 	COUNTER("prep_served_bytes", "Batch bytes read by consumers through the daemon", ps.served_bytes);
-	COUNTER("prep_passthrough_opens", "Batch files opened with kernel passthrough: the kernel reads the batch's memfd itself",
-		ps.handed);
-	COUNTER("prep_passthrough_bytes", "The sizes of the batches opened so", ps.handed_bytes);
 	COUNTER("prep_images", "Images decoded and augmented", ps.images);
 	COUNTER("prep_bad_samples", "Images replaced by a substitute (corrupt, not JPEG, too large)", ps.bad_samples);
 	GAUGE("prep_staged_bytes", "Bytes of made batches held in memory", ps.staged_bytes);

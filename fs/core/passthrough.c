@@ -264,12 +264,9 @@ int core_open_file(struct core *c, uint64_t node, int flags, const struct core_b
 	if (err)
 		return err;
 	stats_add(&c->stats, STAT_OPENS, 1);
-	/* A .prep/ batch passes through from its memfd, whatever its size:
-	 * its consumers would each copy it through the daemon otherwise. */
-	int batch = ns_of(node) == NS_PREP && c->prep && prepdir_is_batch(node);
-	if (!__atomic_load_n(&c->pt_use, __ATOMIC_ACQUIRE) || !S_ISREG(a->mode) ||
-	    (!batch && (ns_of(node) != NS_DATA || (a->flags & CORE_F_DIRECT_IO) ||
-			(a->size < CORE_PT_MIN_SIZE && !c->pt_source))))
+	/* .prep/ batches: core_open_file_async. */
+	if (!__atomic_load_n(&c->pt_use, __ATOMIC_ACQUIRE) || ns_of(node) != NS_DATA || !S_ISREG(a->mode) ||
+	    (a->flags & CORE_F_DIRECT_IO) || (a->size < CORE_PT_MIN_SIZE && !c->pt_source))
 		return 0;
 	struct index_version v = { .ino = a->ino, .size = a->size, .mtime_ns = a->mtime_ns, .ctime_ns = a->ctime_ns };
 	pthread_mutex_lock(&o->lock);
@@ -288,9 +285,8 @@ int core_open_file(struct core *c, uint64_t node, int flags, const struct core_b
 		/* The kernel reads this inode from one backing file at a time. */
 		n->pt++;
 	} else if (!n->copy) {
-		int fd = batch ? prepdir_pt_open(c->prep, node)
-		       : a->size >= CORE_PT_MIN_SIZE ? cache_backing_fd(c->cache, core_data_id(node), &v) : -1;
-		if (fd < 0 && !batch && c->pt_source && from_source(c, core_data_id(node), &v) &&
+		int fd = a->size >= CORE_PT_MIN_SIZE ? cache_backing_fd(c->cache, core_data_id(node), &v) : -1;
+		if (fd < 0 && c->pt_source && from_source(c, core_data_id(node), &v) &&
 		    (fd = source_fd(c, core_data_id(node), &v)) >= 0)
 			src = 1;
 		if (fd >= 0) {
@@ -302,14 +298,12 @@ int core_open_file(struct core *c, uint64_t node, int flags, const struct core_b
 				n->src = src;
 				stats_add(&c->stats, STAT_PT_REGISTERED, 1);
 			} else {
-				if (batch)      /* read through the daemon after all */
-					prepdir_pt_close(c->prep, node, 0);
 				stats_add(&c->stats, STAT_PT_ERRORS, 1);
 				log_warn("kernel passthrough: the kernel refused a backing file (%s); the file is "
 					 "read through the daemon", strerror(-id));
 			}
 		}
-	} else if (!batch) {
+	} else {
 		int fd = cache_backing_fd(c->cache, core_data_id(node), &v);
 		if (fd >= 0) {          /* held whole, but an open reads it through us */
 			close(fd);
@@ -319,10 +313,7 @@ int core_open_file(struct core *c, uint64_t node, int flags, const struct core_b
 	if (n->pt) {
 		*backing_id = n->id;
 		*fh = FH_PASSTHROUGH;
-		a->flags &= ~CORE_F_DIRECT_IO;  /* a batch: the kernel reads the memfd */
-		if (batch) {
-			/* Counted by the group (prep_passthrough_opens). */
-		} else if (n->src) {
+		if (n->src) {
 			stats_add(&c->stats, STAT_PT_SOURCE_OPENS, 1);
 			stats_add(&c->stats, STAT_PT_SOURCE_BYTES, a->size);
 		} else {
@@ -391,12 +382,24 @@ static void batch_opened(void *arg, ssize_t fd, const void *buf)
 	}
 	pthread_mutex_lock(&o->lock);
 	n = node_entry(o, bo->node);    /* kept while pending: found, never made */
+	if (!n) {                       /* cannot happen; never a crash */
+		pthread_mutex_unlock(&o->lock);
+		if (id > 0) {
+			bo->reg.close(bo->reg.ctx, id);
+			prepdir_pt_close(c->prep, bo->node, 0);
+		}
+		bo->done(bo->arg, -ENOMEM, &bo->a, 0, 0);
+		free(bo);
+		return;
+	}
 	n->pending = 0;
 	if (id) {
 		n->pt++;
 		n->id = id;
 		fh = FH_PASSTHROUGH;
 		bo->a.flags &= ~CORE_F_DIRECT_IO;
+		stats_add(&c->stats, STAT_PT_PREP_OPENS, 1);
+		stats_add(&c->stats, STAT_PT_PREP_BYTES, bo->a.size);
 	} else {
 		n->copy++;
 	}
@@ -439,6 +442,8 @@ void core_open_file_async(struct core *c, uint64_t node, int flags, const struct
 			n->pt++;
 			id = n->id, fh = FH_PASSTHROUGH;
 			a.flags &= ~CORE_F_DIRECT_IO;
+			stats_add(&c->stats, STAT_PT_PREP_OPENS, 1);
+			stats_add(&c->stats, STAT_PT_PREP_BYTES, a.size);
 		} else {
 			n->copy++;
 			id = 0, fh = FH_COPY;
@@ -488,7 +493,7 @@ void core_pt_release(struct core *c, uint64_t node, uint64_t fh, const struct co
 	 * with it (the daemon saw none of its reads), and the batch's memfd
 	 * may be freed or reused, the kernel holding no open of it. */
 	if (drop && ns_of(node) == NS_PREP && c->prep)
-		prepdir_pt_close(c->prep, node, 1);
+		prepdir_pt_close(c->prep, node, !(reg && reg->unopened));
 }
 
 unsigned core_pt_open_files(struct core *c)

@@ -33,6 +33,8 @@ static const struct {
 	[STAT_PT_SOURCE_BYTES] = { "passthrough_source_bytes", "The sizes of the files opened so: at most what the kernel read from SOURCE for them" },
 	[STAT_URING_READS] = { "fuse_uring_reads", "Read requests the kernel sent over FUSE's io_uring "
 			       "(--fuse-uring), not through /dev/fuse" },
+	[STAT_PT_PREP_OPENS] = { "prep_passthrough_opens", "Opens of .prep/ batches answered with the batch's file: the kernel reads it, the daemon copies nothing" },
+	[STAT_PT_PREP_BYTES] = { "prep_passthrough_bytes", "The sizes of the batches opened so" },
 	[STAT_PT_BUSY] = { "passthrough_busy", "Opens of a file the RAM cache holds whole that went through the daemon, because an open of it already did" },
 	[STAT_PT_ERRORS] = { "passthrough_errors", "Backing files the kernel refused (the file was read through the daemon)" },
 };

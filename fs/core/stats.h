@@ -35,6 +35,8 @@ enum stat_id {
 	STAT_PT_ERRORS,         /* backing files the kernel refused */
 	STAT_PT_SOURCE_OPENS,   /* opens answered with SOURCE's file: the kernel reads it there */
 	STAT_PT_SOURCE_BYTES,   /* the sizes of those files (what the kernel may read from SOURCE) */
+	STAT_PT_PREP_OPENS,     /* opens of .prep/ batches answered with the batch's file */
+	STAT_PT_PREP_BYTES,     /* the sizes of those batches */
 	STAT_URING_READS,       /* read requests that came over FUSE's io_uring, not /dev/fuse */
 	STAT__COUNT
 };

@@ -19,7 +19,8 @@
 #     on the FUSE inode, a replaced file read new; auto keeps no-open;
 #   - .prep/ batches by passthrough: every open of a batch is handed its
 #     file (made, or once made); bytes as without passthrough, each batch
-#     made once and freed once its consumers closed it;
+#     made once and freed once its consumers closed it; a batch mapped and
+#     closed never changes under its mapping;
 #   - a daemon run by nobody with --passthrough on: off, with the reason
 #     (no CAP_SYS_ADMIN), bytes right.
 # Skipped (77) where this kernel or user cannot use passthrough.
@@ -218,19 +219,53 @@ for mode in on off; do
 	EP_ALLOWED_STDERR='prep: '
 	mount_ep "$T/prep" "$M" --no-persist --passthrough $mode --prep-mem $((24 * one))B
 	"$PREP" "$M" g --batch 8 --size 32 --jobs 2 --epochs 2 --seed 3 > /dev/null || fail "epochfs-prep ($mode)"
+	# A mapping kept after close() (numpy.memmap does): with passthrough
+	# it maps the batch's file itself, which must never be made into
+	# another batch while the consumers read on.
+	rm -f "$T/go" "$T/mapped"
+	[ $mode = on ] || touch "$T/mapped" "$T/go"
+	[ $mode = on ] && python3 - "$M/.prep/g/epoch-0000/batch-000000" "$T" <<'PY' > "$T/map.$mode" &
+import ctypes, hashlib, os, sys, time
+# mmap(2) and close(2) in C: Python's mmap module keeps a descriptor of its
+# own, which would keep the open (and so the batch's pin) alive.
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+fd = os.open(sys.argv[1], os.O_RDONLY)
+size = os.fstat(fd).st_size
+addr = libc.mmap(None, size, 1, 1, fd, 0)      # PROT_READ, MAP_SHARED
+assert addr not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+os.close(fd)
+first = hashlib.md5(ctypes.string_at(addr, size)).hexdigest()
+open(os.path.join(sys.argv[2], "mapped"), "w").close()
+while not os.path.exists(os.path.join(sys.argv[2], "go")):
+    time.sleep(0.02)
+print("same" if hashlib.md5(ctypes.string_at(addr, size)).hexdigest() == first else "changed")
+PY
+	mpid=$!
+	wait_for test -e "$T/mapped" || fail "the mapping did not start"
 	$CHECK consume "$M" g 2 > "$T/prep.$mode.1" || fail "consumer 1 ($mode)"
 	$CHECK consume-plain "$M" g 2 > "$T/prep.$mode.2" || fail "consumer 2 ($mode)"
+	if [ $mode = on ]; then
+		touch "$T/go"
+		wait "$mpid" || fail "the mapping's reader failed"
+		[ "$(cat "$T/map.$mode")" = same ] || fail "--passthrough on: a batch mapped before close() changed under its mapping"
+	fi
 	cmp -s "$T/prep.$mode.1" "$T/prep.$mode.2" || fail "--passthrough $mode: the consumers saw different batches"
 	[ "$(wc -l < "$T/prep.$mode.1")" = 20 ] || fail "--passthrough $mode: consumer 1 read $(wc -l < "$T/prep.$mode.1") batches"
-	wait_for sh -c "[ \$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[\"prep_batches_freed\"])' '$M/.epochfs/stats.json') = 20 ]" ||
-		fail "--passthrough $mode: $(stat_of "$M" prep_batches_freed) batches freed, want 20"
-	made=$(stat_of "$M" prep_batches_produced)/$(stat_of "$M" prep_batches_regenerated)
-	[ "$made" = 20/0 ] || fail "--passthrough $mode: made/regenerated $made"
+	# With passthrough the mapping's reader is a third consumer of batch
+	# 0 (done when it closed): the second consumer gets it made again.
+	want=20/0/20
+	[ $mode = on ] && want=20/1/21
+	wait_for sh -c "[ \$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[\"prep_batches_freed\"])' '$M/.epochfs/stats.json') = ${want##*/} ]" ||
+		fail "--passthrough $mode: $(stat_of "$M" prep_batches_freed) batches freed, want ${want##*/}"
+	made=$(stat_of "$M" prep_batches_produced)/$(stat_of "$M" prep_batches_regenerated)/$(stat_of "$M" prep_batches_freed)
+	[ "$made" = "$want" ] || fail "--passthrough $mode: made/regenerated/freed $made, want $want"
 	handed=$(stat_of "$M" prep_passthrough_opens)
 	copied=$(stat_of "$M" prep_served_bytes)
 	total=$(stat_of "$M" prep_passthrough_bytes)
 	if [ $mode = on ]; then
-		[ "$handed" = 40 ] || fail "--passthrough on: $handed batch opens by passthrough, want all 40"
+		[ "$handed" = 41 ] || fail "--passthrough on: $handed batch opens by passthrough, want all 41"
 		handed_on=$handed copied_on=$copied
 		files=$(stat_of "$M" prep_batch_files)
 		case $files in tmpfs:*|memfd:*) ;; *) fail "--passthrough on: prep_batch_files is \"$files\"" ;; esac
@@ -245,7 +280,7 @@ for mode in on off; do
 	umount_ep
 done
 cmp -s "$T/prep.on.1" "$T/prep.off.1" || fail "batches by passthrough differ from batches through the daemon"
-ok ".prep/ by passthrough (${files%%:*}): all $handed_on batch opens handed the batch's file, $copied_on bytes copied by the daemon; bytes as without passthrough; 20 batches made once, freed once"
+ok ".prep/ by passthrough (${files%%:*}): all $handed_on batch opens handed the batch's file, $copied_on bytes copied by the daemon; a mapping kept after close() unchanged; bytes as without passthrough; every batch made once (the mapped one again for its third consumer) and freed"
 
 # ---- a daemon run by nobody ---------------------------------------------------
 [ "$(id -u)" = 0 ] || skip "the rest needs root (a daemon run by nobody)"

@@ -760,13 +760,16 @@ Test(prepdir, a_made_batch_is_handed_out_and_counters_outlive_groups)
 	const char *spec = "batch=4\nsize=16\nepochs=1\njobs=2\n";
 	cr_assert_eq(declare("h", spec, NULL), (ssize_t)strlen(spec));
 	cr_assert_eq(lk(PREPDIR_DIR_NODE, "h", &g), 0);
-	cr_expect_eq(prepdir_pt_open(pd, g.node), -EAGAIN, "a directory handed out");
+	struct sync_wait w0 = SYNC_WAIT_INIT(NULL), w1 = SYNC_WAIT_INIT(NULL);
+	prepdir_pt_open_async(pd, g.node, sync_wait_done, &w0);
+	cr_expect_eq(sync_wait(&w0), -EAGAIN, "a directory handed out");
 	batch_node("h", 0, 0, &a);
 	batch_node("h", 0, 0, &b);
 	uint8_t *x = malloc(a.size), *y = malloc(a.size);
 	cr_assert_eq(rd(a.node, x, a.size, 0), (ssize_t)a.size);     /* consumer 1: made, copied */
-	int fd = prepdir_pt_open(pd, b.node);
-	cr_assert(fd >= 0, "prepdir_pt_open: %d", fd);
+	prepdir_pt_open_async(pd, b.node, sync_wait_done, &w1);
+	int fd = (int)sync_wait(&w1);
+	cr_assert(fd >= 0, "prepdir_pt_open_async: %d", fd);
 	cr_expect_eq(pread(fd, y, a.size, 0), (ssize_t)a.size);
 	cr_expect(!memcmp(x, y, a.size), "the handed file holds other bytes");
 	close(fd);
@@ -786,4 +789,35 @@ Test(prepdir, a_made_batch_is_handed_out_and_counters_outlive_groups)
 	cr_expect_geq(s.images, imgs);
 	cr_expect_eq(s.handed, 1);
 	free(x), free(y);
+}
+
+static void *unblock_later(void *arg)
+{
+	(void)arg;
+	usleep(200000);
+	set_block(0);
+	return NULL;
+}
+
+/* The daemon stops while an open waits for its batch (the worker making it
+ * is held in read_file): the open is answered -ESHUTDOWN while its node is
+ * alive, and nothing is touched after it is freed (ASan says). */
+Test(prepdir, an_open_waiting_at_shutdown_is_answered)
+{
+	struct prepdir_attr b;
+	struct sync_wait w = SYNC_WAIT_INIT(NULL);
+	pthread_t t;
+
+	prepdir_set_memfd(pd, 1);
+	set_block(1);
+	const char *spec = "batch=4\nsize=16\nepochs=1\n";
+	cr_assert_eq(declare("s", spec, NULL), (ssize_t)strlen(spec));
+	batch_node("s", 0, 2, &b);
+	prepdir_pt_open_async(pd, b.node, sync_wait_done, &w);
+	cr_assert(wait_blocked(), "no worker reached read_file");
+	pthread_create(&t, NULL, unblock_later, NULL);
+	prepdir_free(pd);
+	pd = NULL;
+	pthread_join(t, NULL);
+	cr_expect_eq(sync_wait(&w), -ESHUTDOWN);
 }

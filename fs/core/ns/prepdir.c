@@ -71,6 +71,11 @@ void prepdir_free(struct prepdir *pd)
 {
 	if (!pd)
 		return;
+	/* Reads and opens still waiting are failed first, while their nodes
+	 * are alive (pread_done touches them); then no callback runs. */
+	for (unsigned i = 0; i < PREPDIR_MAX_GROUPS; i++)
+		if (pd->slots[i].g)
+			group_stop(pd->slots[i].g);
 	for (unsigned b = 0; b < READER_BUCKETS; b++)
 		for (struct rnode *r = pd->readers[b], *next; r; r = next) {
 			next = r->next;
@@ -80,7 +85,7 @@ void prepdir_free(struct prepdir *pd)
 	for (unsigned i = 0; i < PREPDIR_MAX_GROUPS; i++)
 		group_free(pd->slots[i].g);
 	group_pool_free(pd->o.pool);
-	if (pd->o.files_dir > 0)
+	if (pd->o.bufs == GROUP_BUF_DIR)
 		close(pd->o.files_dir);
 	pthread_mutex_destroy(&pd->lock);
 	free(pd);
@@ -420,20 +425,6 @@ out:
 }
 
 
-int prepdir_pt_open(struct prepdir *pd, uint64_t node)
-{
-	int fd = -EAGAIN;
-
-	if (KIND(node) != K_BATCH)
-		return -EAGAIN;
-	pthread_mutex_lock(&pd->lock);
-	struct rnode *r = reader_find(pd, node);
-	if (r && r->r)
-		fd = group_pt_open(r->r);
-	pthread_mutex_unlock(&pd->lock);
-	return fd;
-}
-
 void prepdir_pt_open_async(struct prepdir *pd, uint64_t node, group_read_fn fn, void *arg)
 {
 	if (KIND(node) != K_BATCH) {
@@ -495,14 +486,14 @@ static int huge_tmpfs(void)
 
 void prepdir_set_memfd(struct prepdir *pd, int on)
 {
-	int dir = on ? huge_tmpfs() : -1;
+	int dir = on ? huge_tmpfs() : -EINVAL;
 
 	pthread_mutex_lock(&pd->lock);
-	pd->o.memfd = on;
-	if (pd->o.files_dir > 0)
+	if (pd->o.bufs == GROUP_BUF_DIR)
 		close(pd->o.files_dir);
-	pd->o.files_dir = dir > 0 ? dir : 0;
-	if (on && dir > 0)
+	pd->o.bufs = !on ? GROUP_BUF_MALLOC : dir >= 0 ? GROUP_BUF_DIR : GROUP_BUF_MEMFD;
+	pd->o.files_dir = dir;
+	if (on && dir >= 0)
 		snprintf(pd->files_text, sizeof(pd->files_text), "tmpfs: files in a tmpfs of the daemon's own with "
 			 "huge pages, read by the kernel (passthrough)");
 	else if (on)

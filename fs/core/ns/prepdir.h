@@ -87,16 +87,15 @@ void prepdir_release(struct prepdir *pd, uint64_t node);
 int prepdir_truncate(struct prepdir *pd, uint64_t node, off_t size);
 int prepdir_unlink(struct prepdir *pd, uint64_t parent, const char *name);
 void prepdir_forget(struct prepdir *pd, uint64_t node, uint64_t nlookup);
-/* Kernel passthrough of batch files (fs/core/passthrough.c): a descriptor
- * of batch node NODE's memfd, the batch pinned until prepdir_pt_close();
- * -EAGAIN when the batch is not made yet or not in a memfd (the node is
- * then read through prepdir_read()), or -errno. The close with READ
- * counts the node's consumer done with the batch (group_pt_close()). */
+/* Kernel passthrough of batch files (fs/core/passthrough.c): FN(ARG,
+ * descriptor or -errno, NULL) runs once, now or later on a prep worker,
+ * with a descriptor of batch node NODE's file (FN owns it), the batch
+ * pinned until prepdir_pt_close(); an open of a batch not made yet waits
+ * for it (group_pt_open_async()). -EAGAIN when NODE is no batch or its
+ * group's batches are not files (the node is then read through
+ * prepdir_read()). The close with READ counts the node's consumer done
+ * with the batch (group_pt_close()). */
 int prepdir_is_batch(uint64_t node);
-int prepdir_pt_open(struct prepdir *pd, uint64_t node);
-/* The same for an open that may wait for its batch to be made (not on
- * this thread): FN(ARG, descriptor or -errno, NULL) runs once, now or
- * later (group_pt_open_async()); FN owns the descriptor. */
 void prepdir_pt_open_async(struct prepdir *pd, uint64_t node, group_read_fn fn, void *arg);
 void prepdir_pt_close(struct prepdir *pd, uint64_t node, int read);
 /* Whether groups started from now on keep their batches in memfds (set
