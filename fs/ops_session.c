@@ -33,6 +33,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -484,7 +485,20 @@ int ops_session_run(struct ops_session *s, struct core *c)
 		free(abs);
 		return -EIO;
 	}
-	if (fuse_session_mount(s->se, s->cfg.mountpoint) != 0) {
+	/* A stop signal during the mount would interrupt libfuse's wait for
+	 * fusermount3 (EINTR: "fuse: waitpid", the mount fails, exit 1; seen
+	 * once in CI, SIGTERM sent as the mount appeared). Held on this thread
+	 * meanwhile, it goes to another or comes at the unblock; either way
+	 * the loop then ends at once, cleanly. */
+	sigset_t stop, old_mask;
+	sigemptyset(&stop);
+	sigaddset(&stop, SIGTERM);
+	sigaddset(&stop, SIGINT);
+	sigaddset(&stop, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &stop, &old_mask);
+	int mounted = fuse_session_mount(s->se, s->cfg.mountpoint) == 0;
+	pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+	if (!mounted) {
 		fuse_remove_signal_handlers(s->se);
 		free(abs);
 		return -EIO;
