@@ -93,23 +93,28 @@ void gpt_hand_waiter(struct group *g, struct gbatch *b, struct gwait *w)
 	pthread_mutex_lock(&g->w.lock);
 }
 
+/* What an open of R's batch gets at once: a descriptor, or -errno;
+ * -EINPROGRESS when it may wait for the batch to be made. G's lock. */
+static int open_now(struct group *g, struct gbatch *b, struct group_reader *r)
+{
+	if (!worker_running(&g->w))
+		return -ESHUTDOWN;
+	if (r->handed)
+		return -EBUSY;
+	if (b->state == B_READY)
+		return b->fd >= 0 ? hand(g, b, r) : -EAGAIN;
+	return g->o.bufs == GROUP_BUF_MALLOC ? -EAGAIN : -EINPROGRESS;
+}
+
 void group_pt_open_async(struct group_reader *r, group_read_fn fn, void *arg)
 {
 	struct group *g = r->g;
 	struct gbatch *b = r->b;
 	struct gwait *w = NULL;
-	int res = -EAGAIN;
 
 	pthread_mutex_lock(&g->w.lock);
-	if (!worker_running(&g->w))
-		res = -ESHUTDOWN;
-	else if (r->handed)
-		res = -EBUSY;
-	else if (b->state == B_READY)
-		res = b->fd >= 0 ? hand(g, b, r) : -EAGAIN;
-	else if (g->o.bufs == GROUP_BUF_MALLOC)
-		res = -EAGAIN;
-	else if (!(w = malloc(sizeof(*w))))
+	int res = open_now(g, b, r);
+	if (res == -EINPROGRESS && !(w = malloc(sizeof(*w))))
 		res = -ENOMEM;
 	if (w) {
 		/* Answered by the worker that makes it (wake()), or by
@@ -134,19 +139,10 @@ void group_pt_open_async(struct group_reader *r, group_read_fn fn, void *arg)
 
 int group_pt_open(struct group_reader *r)
 {
-	struct group *g = r->g;
-	struct gbatch *b = r->b;
-	int fd = -EAGAIN;
-
-	pthread_mutex_lock(&g->w.lock);
-	if (!worker_running(&g->w))
-		fd = -ESHUTDOWN;
-	else if (r->handed)
-		fd = -EBUSY;
-	else if (b->state == B_READY && b->fd >= 0)
-		fd = hand(g, b, r);
-	pthread_mutex_unlock(&g->w.lock);
-	return fd;
+	pthread_mutex_lock(&r->g->w.lock);
+	int fd = open_now(r->g, r->b, r);
+	pthread_mutex_unlock(&r->g->w.lock);
+	return fd == -EINPROGRESS ? -EAGAIN : fd;
 }
 
 void group_pt_close(struct group_reader *r, int read)

@@ -813,6 +813,17 @@ Test(group, an_open_waits_for_its_batch_to_be_made_and_is_handed_it)
 	group_free(g);
 }
 
+/* One consumer's open of batch (E, I) by passthrough, waited for: *R and
+ * the descriptor (or -errno). */
+static int open_handed(struct group *g, uint32_t e, uint64_t i, struct group_reader **r)
+{
+	struct sync_wait w = SYNC_WAIT_INIT(NULL);
+
+	cr_assert_eq(group_open(g, e, i, r), 0);
+	group_pt_open_async(*r, sync_wait_done, &w);
+	return (int)sync_wait(&w);
+}
+
 /* A passthrough mmap maps the batch's file itself and outlives the
  * release: a file once handed out becomes a spare only when no one else
  * holds it, so a mapping kept after close() (numpy.memmap) never changes.
@@ -825,12 +836,9 @@ static void mapping_kept(int bufs)
 				.bufs = bufs, .files_dir = base, .ahead = 1 };
 	struct group *g = mkgroup_opts("batch=8\nsize=32\njobs=2\nepochs=2\nseed=5\n", &o);
 	struct group_reader *r;
-	struct sync_wait w = SYNC_WAIT_INIT(NULL);
 	size_t n = group_batch_bytes(g, 0), m;
 
-	cr_assert_eq(group_open(g, 0, 0, &r), 0);
-	group_pt_open_async(r, sync_wait_done, &w);
-	int fd = (int)sync_wait(&w);
+	int fd = open_handed(g, 0, 0, &r);
 	cr_assert(fd >= 0);
 	/* The kernel's passthrough file is an open of its own, read-only:
 	 * so is this one (a descriptor of the daemon's own would not do). */
@@ -878,11 +886,8 @@ static unsigned files_seen(int bufs)
 
 	for (uint64_t i = 0; i < 8; i++) {
 		struct group_reader *r;
-		struct sync_wait w = SYNC_WAIT_INIT(NULL);
 		struct stat st;
-		cr_assert_eq(group_open(g, 0, i, &r), 0);
-		group_pt_open_async(r, sync_wait_done, &w);
-		int fd = (int)sync_wait(&w);
+		int fd = open_handed(g, 0, i, &r);
 		cr_assert(fd >= 0);
 		cr_assert_eq(fstat(fd, &st), 0);
 		close(fd);
