@@ -219,7 +219,11 @@ class Timing(unittest.TestCase):
         # the window stays in the epoch whose batches it replays.
         self.assertEqual(w["steps"], ITEMS // BATCH - 2)
         body = sum(self.body[2:2 + w["steps"]])
-        self.assertLess(abs(w["compute"] - body) / body, 0.05, (w, body))
+        # The steps are sleeps, which only overshoot, by up to a
+        # millisecond each on a loaded machine (5.04% over 10 steps once,
+        # where the bound was 5% both ways).
+        self.assertGreater(w["compute"], 0.97 * body, (w, body))
+        self.assertLess(w["compute"], 1.05 * body + 0.001 * w["steps"], (w, body))
         # The job's epochs still have their length.
         self.assertEqual(len(seen), 2 * ITEMS)
 
