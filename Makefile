@@ -382,6 +382,20 @@ layers:
 	$(Q)mkdir -p $(SUMMARY); rm -f $(SUMMARY)/layers; \
 	python3 tools/layers.py && echo "layers        include rules hold" > $(SUMMARY)/layers
 
+# Everything the suites run, built in one go: CI builds it with -j first
+# (make test itself runs the suites one after another, so it is not run
+# with -j), then runs make test on the finished tree. The fuzzers are the
+# same in every build (FUZZ_CC), so a sanitizer build leaves them out.
+test-build: all $(UNIT_BIN) $(TEST_HELPERS) $(if $(SANITIZE),,$(FUZZERS:%=$(BUILD)/fuzz_%))
+
+# CI's sanitizer pass (.ci/run): the C code under ASan and UBSan, i.e. the
+# unit tests and the integration suite on build-san/. The Python tests, the
+# fuzzers (always built with the sanitizers) and the GPU path do not depend
+# on SANITIZE and ran in make test already.
+test-san-suites: layers unit integration
+	$(Q)echo "== sanitizer pass: every suite passed"; \
+	for s in layers unit integration; do cat $(SUMMARY)/$$s; done | sed 's/^/   /'
+
 test: layers unit cuda-test pyunit fuzz-smoke integration
 	$(Q)echo "== make test: every suite passed"; \
 	for s in layers unit cuda python fuzz integration; do cat $(SUMMARY)/$$s; done | sed 's/^/   /'
@@ -457,7 +471,7 @@ distclean: clean
 
 FORCE:
 
-.PHONY: all man unit pyunit integration test demo bench clean distclean fuzz fuzz-smoke cuda-test install \
+.PHONY: all man unit pyunit integration test test-build test-san-suites demo bench clean distclean fuzz fuzz-smoke cuda-test install \
 	uninstall layers FORCE
 .SECONDARY:
 

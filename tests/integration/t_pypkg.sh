@@ -8,6 +8,7 @@
 # the console scripts run, and the venv's epochfs-run adds nothing of the
 # venv to a job's path; pip uninstall leaves nothing of it.
 . "$(dirname "$0")/lib.sh"
+plain_pass_only "packaging of the Python package; .prep/ under the sanitizers is t_prep.sh"
 EP_ALLOWED_STDERR='prep: '
 /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null || skip "needs python3-venv"
 "$GEN" "$T/src" --files 48 --classes 3 --seed 5 >/dev/null 2>&1 || fail "epochfs-gen"

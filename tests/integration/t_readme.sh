@@ -29,6 +29,7 @@ if [ -z "${EPOCHFS_README_NS:-}" ]; then
 	EPOCHFS_README_NS=1 exec unshare -m --propagation private bash "$0" "$@"
 fi
 . "$(dirname "$0")/lib.sh"
+plain_pass_only "the README's commands and install; the daemon's paths it reaches run under the sanitizers in t_bytes.sh and t_install.sh"
 command -v runuser >/dev/null && id nobody >/dev/null 2>&1 || skip "needs runuser and the user nobody"
 /usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null || skip "needs python3-torchvision"
 trap 'mountpoint -q "$T/mnt2" && umount -l "$T/mnt2"; cleanup' EXIT
