@@ -289,10 +289,10 @@ static void drop_stalled(struct group *g)
 			continue;
 		if (b->pins && b->pins == b->handed && !b->orphan && b->handed + b->done >= g->jobs) {
 			/* Only the kernel reads it now, for the consumers left:
-			 * its bytes leave the pool (the others need them), its
-			 * file is unmapped once the kernel lets go. */
-			b->orphan = 1;
-			gpool_give_back(g, b->len, 0);
+			 * its bytes leave the pool (the others need them) while
+			 * consumers hold no more than the pool out of its count,
+			 * its file is unmapped once the kernel lets go. */
+			gpool_orphan(g, b);
 		}
 		if (b->done >= g->jobs)
 			gslot_release(g, b);
@@ -651,6 +651,10 @@ void group_get_stats(struct group *g, struct group_stats *s)
 	*s = g->st;
 	s->mem_limit = g->pool->limit;
 	pthread_mutex_unlock(&g->w.lock);
+	pthread_mutex_lock(&g->pool->lock);
+	s->consumer_bytes = g->pool->orphaned;
+	s->consumer_peak = g->pool->orphaned_peak;
+	pthread_mutex_unlock(&g->pool->lock);
 }
 
 int group_open(struct group *g, uint32_t epoch, uint64_t index, struct group_reader **out)

@@ -92,10 +92,15 @@ struct group_stats {
 	uint64_t served_bytes;      /* bytes copied to readers */
 	uint64_t handed;            /* batch descriptors handed out (group_pt_open) */
 	uint64_t handed_bytes;      /* ... and the bytes of their batches */
+	uint64_t hand_refused;      /* opens read through the daemon instead: the
+				     * batches consumers hold out of the pool's
+				     * count were at its limit */
 	uint64_t images;            /* samples made */
 	uint64_t bad_samples;       /* of those, substitutes */
 	uint64_t cpu_ns;            /* worker CPU time making batches */
 	uint64_t staged_bytes, staged_peak;    /* bytes of made batches: now, the most */
+	uint64_t consumer_bytes, consumer_peak;    /* the pool's orphaned, orphaned_peak
+						    * (of every group on it) */
 	uint64_t mem_limit;         /* the pool's limit (UINT64_MAX: none) */
 	uint64_t readers;           /* open readers now */
 	uint64_t dropped;           /* consumers given up on */
@@ -112,6 +117,10 @@ struct group_pool_stats {
 	uint64_t limit;             /* UINT64_MAX: none */
 	uint64_t held, held_peak;   /* batches and spares of all groups: now, the most */
 	uint64_t staged, peak;      /* batches alone: now, the most at once */
+	uint64_t orphaned, orphaned_peak;   /* handed batches out of the count that
+				     * only consumers hold: now, the most (at
+				     * most limit: past it, opens read through
+				     * the daemon) */
 	unsigned groups;
 };
 void group_pool_get_stats(struct group_pool *p, struct group_pool_stats *s);

@@ -88,6 +88,8 @@ struct group_pool {
 	uint64_t held, held_peak;   /* batches made or being made, and spares, of all
 				     * groups: now, and the most at once */
 	uint64_t staged, peak;      /* of those, batches */
+	uint64_t orphaned, orphaned_peak;   /* batches out of the count that only
+				     * consumers hold (handed files): at most limit */
 	uint64_t gen;               /* bumped whenever bytes come back */
 	unsigned ngroups;
 	unsigned nblocked;          /* groups whose pool_blocked is not WAIT_NONE */
@@ -154,6 +156,12 @@ void gpool_move_spare(struct group *g, size_t len, int to_spare);
 /* Drops slot B once nothing refers to it: no reader, no pin, no pixels.
  * G's lock. */
 void gslot_maybe_unlink(struct group *g, struct gbatch *b);
+/* B leaves the pool's count while only its consumers hold it (an orphan),
+ * if the bytes held that way stay within the pool's limit: 1, else 0 (it
+ * stays counted). G's lock. */
+int gpool_orphan(struct group *g, struct gbatch *b);
+/* Whether LEN more bytes could be orphaned now. G's lock. */
+int gpool_orphan_fits(struct group *g, size_t len);
 /* Frees B's pixels now (a spare, or unmapped if an orphan), or when its
  * last pin goes. G's lock. */
 void gslot_release(struct group *g, struct gbatch *b);

@@ -79,7 +79,8 @@
  *   handed leaves the pool's count (an orphan): its bytes are theirs
  *   until they close, as a file's pages are a reader's, and waiting on
  *   them would let a consumer that holds its files open stall the
- *   others. The pool counts a file's bytes like a malloc'd buffer's
+ *   others. Orphans have a limit of their own, the pool's limit
+ *   (gpool_orphan): past it, group_pt.c hands no more files. The pool counts a file's bytes like a malloc'd buffer's
  *   otherwise: shmem pages, charged to the daemon's cgroup. */
 #include <errno.h>
 #include <fcntl.h>
@@ -124,7 +125,8 @@ void group_pool_get_stats(struct group_pool *p, struct group_pool_stats *s)
 {
 	pthread_mutex_lock(&p->lock);
 	*s = (struct group_pool_stats){ .limit = p->limit, .held = p->held, .held_peak = p->held_peak,
-					.staged = p->staged, .peak = p->peak, .groups = p->ngroups };
+					.staged = p->staged, .peak = p->peak, .orphaned = p->orphaned,
+					.orphaned_peak = p->orphaned_peak, .groups = p->ngroups };
 	pthread_mutex_unlock(&p->lock);
 }
 
@@ -312,9 +314,46 @@ struct spare *gpool_take_spare(struct group *g, size_t len)
 	return NULL;
 }
 
+int gpool_orphan_fits(struct group *g, size_t len)
+{
+	struct group_pool *p = g->pool;
+
+	pthread_mutex_lock(&p->lock);
+	int fits = p->orphaned <= p->limit && len <= p->limit - p->orphaned;
+	pthread_mutex_unlock(&p->lock);
+	return fits;
+}
+
+int gpool_orphan(struct group *g, struct gbatch *b)
+{
+	struct group_pool *p = g->pool;
+	int fits;
+
+	pthread_mutex_lock(&p->lock);
+	fits = p->orphaned <= p->limit && b->len <= p->limit - p->orphaned;
+	if (fits) {
+		p->orphaned += b->len;
+		if (p->orphaned > p->orphaned_peak)
+			p->orphaned_peak = p->orphaned;
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (!fits)
+		return 0;
+	b->orphan = 1;
+	gpool_give_back(g, b->len, 0);
+	return 1;
+}
+
 void gpool_put_handed(struct group *g, void *p, size_t len, int fd, int counted)
 {
 	struct group_pool *pool = g->pool;
+
+	if (!counted) {
+		/* An orphan no consumer holds any more. */
+		pthread_mutex_lock(&pool->lock);
+		pool->orphaned -= len;
+		pthread_mutex_unlock(&pool->lock);
+	}
 
 	/* Only a tmpfs file can say when no one holds it (a lease); the
 	 * kernel may still hold it now, a moment after the RELEASE (half of

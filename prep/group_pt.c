@@ -19,7 +19,10 @@
  *   pool's count at once (an orphan, group_pool.c): its bytes are the
  *   consumers' until they close. Otherwise a consumer that holds its
  *   batch files open (a prefetching loader; `cmp b0 b1`) would hold the
- *   pool and stall the next open for wait_s.
+ *   pool and stall the next open for wait_s. Orphans are bounded by the
+ *   pool's limit again: an open that would pass it reads through the
+ *   daemon instead (-EAGAIN), so what batches take stays within twice
+ *   the limit whatever consumers keep open.
  * - A consumer given up on (the timeout) while it holds a handed batch:
  *   the batch leaves the pool the same way; the kernel's reference keeps
  *   its pages for that consumer meanwhile.
@@ -62,6 +65,14 @@ static int hand(struct group *g, struct gbatch *b, struct group_reader *r)
 
 	if (r->handed)
 		return -EBUSY;
+	int last = !b->orphan && (b->solo || b->handed + 1 + b->done >= g->jobs);
+	if (last && !gpool_orphan_fits(g, b->len)) {
+		/* Consumers already hold as much as the pool out of its
+		 * count: this one reads through the daemon, which pins the
+		 * batch for no longer than the read. */
+		g->st.hand_refused++;
+		return -EAGAIN;
+	}
 	if ((fd = fcntl(b->fd, F_DUPFD_CLOEXEC, 0)) < 0)
 		return -errno;
 	b->pins++;
@@ -71,12 +82,11 @@ static int hand(struct group *g, struct gbatch *b, struct group_reader *r)
 	b->touched = clock_now();
 	g->st.handed++;
 	g->st.handed_bytes += b->len;
-	if (!b->orphan && (b->solo || b->handed + b->done >= g->jobs)) {
+	if (last)
 		/* Every consumer has it (or read it): no one is left for whom
-		 * the pool should keep it. */
-		b->orphan = 1;
-		gpool_give_back(g, b->len, 0);
-	}
+		 * the pool should keep it (if another group took the room
+		 * since the check, it stays counted). */
+		gpool_orphan(g, b);
 	if (b->seq + 1 > g->asked) {
 		g->asked = b->seq + 1;
 		worker_wake(&g->w);

@@ -273,6 +273,11 @@ int core_samples(struct core *c, struct sample *out, int max)
 	GAUGE("prep_staged_peak_bytes", "Most bytes of made batches held at once, all groups together", ps.staged_peak);
 	GAUGE("prep_mem_limit_bytes", "What made batches may hold, all groups together (--prep-mem)",
 	      ps.mem_limit == UINT64_MAX ? 0 : ps.mem_limit);
+	GAUGE("prep_consumer_held_bytes", "Bytes of batch files handed out by passthrough that only consumers "
+	      "hold now, out of --prep-mem's count (at most --prep-mem again)", ps.consumer_bytes);
+	GAUGE("prep_consumer_held_peak_bytes", "The most such bytes at once", ps.consumer_peak);
+	COUNTER("prep_passthrough_held_back", "Batch opens read through the daemon because consumers held "
+		"--prep-mem of batch files out of its count already", ps.hand_refused);
 	GAUGE("prep_consumers", "Batch files open now", ps.readers);
 	COUNTER("prep_consumers_dropped", "Consumers given up on after stalling", ps.dropped);
 #undef GAUGE

@@ -51,7 +51,10 @@ ok "3 consumers, identical bytes; 20 batches made once and freed; peak $peak <= 
 if [ -n "$PT" ]; then
 	[ "$(stat_of "$m" prep_passthrough_opens)/$(stat_of "$m" prep_served_bytes)" = 60/0 ] ||
 		fail "with passthrough: $(stat_of "$m" prep_passthrough_opens) of 60 batch opens handed the file, $(stat_of "$m" prep_served_bytes) bytes copied"
-	ok "with passthrough: all 60 batch opens handed the batch's file ($(stat_of "$m" prep_batch_files | cut -d: -f1)), no byte copied"
+	held=$(stat_of "$m" prep_consumer_held_peak_bytes)
+	[ "$held" -gt 0 ] && [ "$held" -le $((3 * one)) ] ||
+		fail "batch files held by consumers out of --prep-mem's count: peak $held bytes, bound $((3 * one))"
+	ok "with passthrough: all 60 batch opens handed the batch's file ($(stat_of "$m" prep_batch_files | cut -d: -f1)), no byte copied; consumers held at most $held bytes of them out of --prep-mem's count"
 fi
 "$ROOT/$BUILD/epochfs-stat" "$m" --count 1 | grep "read MB/s" | grep -q "prep im/s.*cores" || fail "epochfs-stat: no prep columns"
 "$ROOT/$BUILD/epochfs-stat" "$m" --json --count 1 > "$T/stat" || fail "epochfs-stat"

@@ -604,6 +604,8 @@ Test(group, a_consumer_behind_the_window_reads_copies_of_its_own)
 }
 
 /* The whole of descriptor FD, from offset 0 (LEN bytes, malloc). */
+static int open_handed(struct group *g, uint32_t e, uint64_t i, struct group_reader **r);
+
 static uint8_t *pread_all(int fd, size_t len)
 {
 	uint8_t *b = malloc(len);
@@ -725,19 +727,23 @@ Test(group, a_handed_batch_stays_pinned_when_a_consumer_is_dropped)
 }
 
 /* A consumer that holds its batch files open (cmp b0 b1; a loader that
- * opens ahead): a batch every consumer has been handed leaves the pool, so
- * with memory for one batch the next open is still answered at once, and
- * the file held is never made into another batch. */
-Test(group, held_batch_files_do_not_hold_the_pool)
+ * opens ahead): a batch every consumer has been handed leaves the pool's
+ * count, so the next open is still answered at once, and the file held is
+ * never made into another batch. What consumers hold that way is bounded
+ * by the pool's limit: past it, an open reads through the daemon (-EAGAIN,
+ * also at once), and once the files are closed, opens are handed again. */
+Test(group, held_batch_files_do_not_hold_the_pool_and_are_bounded)
 {
 	tree();
 	size_t one = 128 + 32 + 8 * 32 * 32 * 3;
-	struct group_opts o = { .threads = 2, .mem = one + one / 2, .timeout_s = 60, .wait_s = 20,
+	uint64_t limit = 2 * one + one / 2;
+	struct group_opts o = { .threads = 2, .mem = limit, .timeout_s = 60, .wait_s = 20,
 				.bufs = GROUP_BUF_MEMFD, .ahead = 1 };
 	struct group *g = mkgroup_opts("batch=8\nsize=32\njobs=1\nepochs=1\nseed=5\n", &o);
-	struct group_reader *r[4];
-	int fd[4];
+	struct group_reader *r[5];
+	int fd[5];
 	uint64_t h0 = 0;
+	struct group_stats s;
 
 	for (int i = 0; i < 4; i++) {
 		struct sync_wait w = SYNC_WAIT_INIT(NULL);
@@ -745,8 +751,21 @@ Test(group, held_batch_files_do_not_hold_the_pool)
 		double t0 = clock_now();
 		group_pt_open_async(r[i], sync_wait_done, &w);
 		fd[i] = (int)sync_wait(&w);
-		cr_assert(fd[i] >= 0, "open of batch %d: %d", i, fd[i]);
 		cr_expect_lt(clock_now() - t0, 5.0, "batch %d waited %.1f s for room", i, clock_now() - t0);
+		if (i < 2) {
+			cr_assert(fd[i] >= 0, "open of batch %d: %d", i, fd[i]);
+		} else {
+			/* Two batches held out of the count: the limit. */
+			cr_assert_eq(fd[i], -EAGAIN, "open of batch %d past the limit: %d", i, fd[i]);
+			size_t n = group_batch_bytes(g, (uint64_t)i), off = 0;
+			uint8_t *buf = malloc(n);
+			ssize_t got;
+			while ((got = group_read(r[i], (off_t)off, 4096, buf + off)) > 0)
+				off += (size_t)got;
+			cr_expect_eq(off, n, "batch %d read through the daemon: %zd", i, got);
+			cr_expect(!memcmp(buf, "EPBATCH1", 8));
+			free(buf);
+		}
 		size_t n = group_batch_bytes(g, 0);
 		uint8_t *b = pread_all(fd[0], n);
 		if (i == 0)
@@ -754,15 +773,30 @@ Test(group, held_batch_files_do_not_hold_the_pool)
 		cr_expect_eq(XXH3_64bits(b, n), h0, "batch 0's file changed after batch %d was made", i);
 		free(b);
 	}
-	struct group_stats s;
 	group_get_stats(g, &s);
-	cr_expect_leq(s.staged_bytes, one + one / 2, "held batches count in the pool: %llu",
-		      (unsigned long long)s.staged_bytes);
+	cr_expect_leq(s.staged_bytes, limit, "batches in the pool: %llu", (unsigned long long)s.staged_bytes);
+	cr_expect_eq(s.consumer_bytes, 2 * group_batch_bytes(g, 0), "held by the consumer: %llu",
+		     (unsigned long long)s.consumer_bytes);
+	cr_expect_leq(s.consumer_peak, limit, "held past the limit: %llu", (unsigned long long)s.consumer_peak);
+	cr_expect_eq(s.hand_refused, 2);
 	for (int i = 0; i < 4; i++) {
-		close(fd[i]);
-		group_pt_close(r[i], 1);
+		if (fd[i] >= 0) {
+			close(fd[i]);
+			group_pt_close(r[i], 1);
+		}
 		group_close(r[i]);
 	}
+	/* A worker that answered an open may hold a pin a moment longer. */
+	for (int t = 0; t < 200 && (group_get_stats(g, &s), s.consumer_bytes); t++)
+		usleep(10000);
+	cr_expect_eq(s.consumer_bytes, 0, "closed, yet %llu bytes held", (unsigned long long)s.consumer_bytes);
+	fd[4] = open_handed(g, 0, 4, &r[4]);
+	cr_expect(fd[4] >= 0, "the files closed, an open is handed again: %d", fd[4]);
+	if (fd[4] >= 0) {
+		close(fd[4]);
+		group_pt_close(r[4], 1);
+	}
+	group_close(r[4]);
 	group_free(g);
 }
 

@@ -37,6 +37,7 @@ static void add_counters(struct group_stats *sum, const struct group_stats *s)
 	sum->served_bytes += s->served_bytes;
 	sum->handed += s->handed;
 	sum->handed_bytes += s->handed_bytes;
+	sum->hand_refused += s->hand_refused;
 	sum->images += s->images;
 	sum->bad_samples += s->bad_samples;
 	sum->cpu_ns += s->cpu_ns;
@@ -600,6 +601,8 @@ void prepdir_stats(struct prepdir *pd, struct group_stats *sum, uint64_t *groups
 	group_pool_get_stats(pd->o.pool, &ps);
 	sum->staged_bytes = ps.staged;
 	sum->staged_peak = ps.peak;
+	sum->consumer_bytes = ps.orphaned;
+	sum->consumer_peak = ps.orphaned_peak;
 	sum->mem_limit = ps.limit;
 }
 
