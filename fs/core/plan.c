@@ -559,7 +559,7 @@ void plan_read(struct core *c, uint32_t id, const struct index_attr *a, off_t of
 		}
 	}
 	if (c->order && kind != RK_PEER)
-		order_seen(c->order, id);   /* past the hit path: where the job's streams are */
+		order_seen(c->order, id, (uint64_t)off);    /* past the hit path: where the job's streams are */
 	plan_item(x, r, &ref);
 }
 

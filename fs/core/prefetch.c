@@ -20,6 +20,9 @@
  *   staging lets one item through a limit lowered below it (staging.h),
  *   so a cache full before the order came still leaves prefetch one item
  *   ahead; that item is the most staging is ever over its limit.
+ * - A "#range" place (order.h) fetches the items its bytes fall in, not
+ *   its whole file, with no kernel probe (the kernel's copy of a part of
+ *   a file is not worth a round trip to ask about).
  * - Items a reader has passed are not fetched: a read that found nothing
  *   staged tells where its reader is (prefetch_reader_miss), and a large
  *   file's fetches skip to past it.
@@ -82,6 +85,7 @@ struct want {
 	struct order_pick pick;
 	uint64_t reserved;          /* staging bytes reserved for it, not taken yet */
 	uint32_t next;              /* its first item not fetched yet */
+	uint32_t end;               /* one past its last item (a "#range" place: its bytes') */
 	uint64_t need;              /* parked: the room its next item needs beyond RESERVED */
 	struct want *pnext, *pprev; /* lock: on pf->probing while the kernel has it */
 	struct want *qnext;         /* lock: on pf->parked */
@@ -240,6 +244,8 @@ static int fetch_items(struct want *w)
 
 	if (index_get(pf->c->ix, w->pick.id, &a) == 0 && !a.gone && S_ISREG(a.mode)) {
 		uint32_t items = cache_chunks(a.v.size, pf->c->chunk);
+		if (items > w->end)
+			items = w->end;
 		for (uint32_t k = w->next; k < items; k++) {
 			if (staging_has(pf->st, w->pick.id, k) || item_cached(pf->c, w->pick.id, &a, k))
 				continue;
@@ -249,9 +255,11 @@ static int fetch_items(struct want *w)
 			pthread_mutex_lock(&pf->w.lock);
 			int stop = pf->stopping;
 			uint32_t r = past_reader(pf, w->pick.id);
-			if (!stop && r > k) {
+			if (!stop && r > k && r <= w->end) {
+				/* Its reader is past these (a reader beyond a
+				 * range's end reads another part of the file). */
 				pthread_mutex_unlock(&pf->w.lock);
-				k = r - 1;          /* its reader is past these */
+				k = r - 1;
 				continue;
 			}
 			if (!stop && w->reserved < len) {
@@ -295,21 +303,34 @@ void prefetch_probed(struct prefetch *pf, void *cookie, int resident)
 		(void)fetch_items(w);
 }
 
-/* Fetches the file P picked, unless it is cached already (RAM, or its first
- * item staged or on its way): asks the kernel first whether it caches the
- * file (the answer comes back through prefetch_probed), else fetches now. */
+/* Fetches the file P picked (or its "#range"'s items), unless it is cached
+ * already (RAM, or its first item staged or on its way): asks the kernel
+ * first whether it caches the file (the answer comes back through
+ * prefetch_probed), else fetches now. */
 static void issue_file(struct prefetch *pf, const struct order_pick *p)
 {
 	struct index_attr a;
 	struct core *c = pf->c;
+	uint32_t first = 0, end = UINT32_MAX;
 
-	if (index_get(c->ix, p->id, &a) < 0 || a.gone || !S_ISREG(a.mode) || !a.v.size ||
-	    staging_has(pf->st, p->id, 0))
+	if (index_get(c->ix, p->id, &a) < 0 || a.gone || !S_ISREG(a.mode) || !a.v.size)
+		return;
+	uint64_t bytes = a.v.size;
+	if (p->len) {
+		if (p->off >= a.v.size)
+			return;             /* past its end: nothing to read */
+		uint64_t stop = p->len < a.v.size - p->off ? p->off + p->len : a.v.size;
+		first = (uint32_t)(p->off / c->chunk);
+		end = (uint32_t)((stop + c->chunk - 1) / c->chunk);
+		uint64_t to = (uint64_t)end * c->chunk;
+		bytes = (to < a.v.size ? to : a.v.size) - (uint64_t)first * c->chunk;
+	}
+	if (staging_has(pf->st, p->id, first))
 		return;
 	if (c->cache) {
 		struct cache_ref ref;
-		enum cache_result r = cache_get_ex(c->cache, p->id, 0, &a.v, cache_chunk_len(a.v.size, c->chunk, 0),
-						   NULL, &ref, 0);
+		enum cache_result r = cache_get_ex(c->cache, p->id, first, &a.v,
+						   cache_chunk_len(a.v.size, c->chunk, first), NULL, &ref, 0);
 		cache_put(c->cache, &ref);
 		if (r == CACHE_HIT || r == CACHE_WAIT)
 			return;             /* in the RAM cache, or loading into it */
@@ -317,12 +338,12 @@ static void issue_file(struct prefetch *pf, const struct order_pick *p)
 	struct want *w = malloc(sizeof(*w));
 	if (!w)
 		return;
-	*w = (struct want){ .pf = pf, .pick = *p };
+	*w = (struct want){ .pf = pf, .pick = *p, .next = first, .end = end };
 	__atomic_add_fetch(&pf->wants, 1, __ATOMIC_RELAXED);
-	w->reserved = staging_reserve(pf->st, a.v.size, c->chunk);  /* held while it is probed and staged */
+	w->reserved = staging_reserve(pf->st, bytes, c->chunk);     /* held while it is probed and staged */
 	pthread_mutex_lock(&pf->w.lock);
 	/* Probes that keep finding nothing cached are sampled. */
-	int probe = c->probe && (pf->probe_dry < PROBE_SPAN || ++pf->probe_skip >= PROBE_SAMPLE);
+	int probe = c->probe && !p->len && (pf->probe_dry < PROBE_SPAN || ++pf->probe_skip >= PROBE_SAMPLE);
 	if (probe) {
 		pf->probe_skip = 0;
 		link_probe(pf, w);          /* until answered */

@@ -51,10 +51,13 @@ def mount_of(path, known=None):
 
 def publish_order(mount, stream, paths, keep=False):
     """Writes the order PATHS (relative to MOUNT, one a line) as STREAM.
+    An entry may also be a tuple (path, offset, length): those bytes of the
+    file alone (a "#range" line: a record reader's slice of a shard).
     Returns how many were written, or with KEEP (n, fd): the stream left
     open after the order, for report lines ("#wait WAIT RUN", see
     report_wait). Raises OSError if the mount takes no orders (an old
-    daemon, or --no-order)."""
+    daemon, or --no-order), ValueError for a range with a negative offset
+    or a length under 1."""
     d = os.path.join(mount, ".epochfs", "order")
     fd = os.open(os.path.join(d, stream), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     n = 0
@@ -63,7 +66,14 @@ def publish_order(mount, stream, paths, keep=False):
         buf = []
         size = 0
         for p in paths:
-            if "\n" in p:
+            if isinstance(p, tuple):
+                path, off, length = p
+                if int(off) < 0 or int(length) < 1:
+                    raise ValueError("order range %r: offset >= 0 and length >= 1 wanted" % (p,))
+                if "\n" in path:
+                    continue
+                p = "#range %d %d %s" % (int(off), int(length), path)
+            elif "\n" in p:
                 continue            # no line can hold it; the read is just not prefetched
             buf.append(p)
             size += len(p) + 1

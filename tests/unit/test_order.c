@@ -3,7 +3,8 @@
  * places and heads moved; the next places to fetch, round robin within a
  * window, places seen skipped, places left behind given up; and the bounds
  * on memory: a stream that starts over gives its room back, "#wait"
- * reports cannot run the counters past the clock. Paths "fN" resolve to id
+ * reports cannot run the counters past the clock; "#range" lines are places
+ * of their bytes. Paths "fN" resolve to id
  * N; anything else is unknown. */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -192,7 +193,7 @@ Test(order, reads_move_heads_and_the_next_places_follow)
 	/* Reads of places 0-14 (the reader ran ahead of the fetches). */
 	int w0 = wakes;
 	for (uint32_t id = 1; id <= 15; id++)
-		order_seen(o, id);
+		order_seen(o, id, 0);
 	cr_expect_gt(wakes, w0, "a moved head did not wake the prefetcher");
 	cr_expect_eq(order_ready(o, 10, 8), 1);
 	cr_assert_eq(order_next(o, 10, &p), 1);
@@ -224,8 +225,8 @@ Test(order, round_robin_and_places_left_behind)
 	/* A reader 10,000 places on (reads are matched within 4096 places of
 	 * the head): what is LAG behind its head is given up. */
 	for (uint32_t id = 1000; id <= 10000; id += 1000)
-		order_seen(o, id);
-	order_seen(o, 10002);
+		order_seen(o, id, 0);
+	order_seen(o, 10002, 0);
 	struct order_heads h;
 	order_snapshot(o, &h);
 	cr_expect_eq(order_passed(&h, ga, 0), 1);
@@ -379,4 +380,67 @@ Test(order, batches_lines_say_what_a_loader_may_hold)
 	order_get_stats(o2, &s);
 	cr_expect_eq(s.job_batches, 308000000);
 	order_free(o2);
+}
+
+/* "#range OFFSET LENGTH PATH": a place for those bytes alone. The next
+ * places carry their ranges; a read is matched to the ranged place whose
+ * bytes hold its offset, so consecutive ranges of one file move the head
+ * one by one; malformed ranges are refused with the lines before kept. */
+Test(order, range_lines_are_places_of_their_bytes)
+{
+	struct order_pick p;
+	const char *t = "#range 0 100 f1\n#range 100 100 f1\n#range 4096 50 f1\nf2\n#range 0 10 nosuch\n";
+	uint64_t n = stream("r", t, 0);
+	static const struct { uint32_t id; uint64_t off, len; } want[] = {
+		{ 1, 0, 100 }, { 1, 100, 100 }, { 1, 4096, 50 }, { 2, 0, 0 },
+	};
+
+	for (unsigned i = 0; i < 4; i++) {
+		cr_assert_eq(order_next(o, 10, &p), 1, "place %u", i);
+		cr_expect_eq(p.place, i);
+		cr_expect(p.id == want[i].id && p.off == want[i].off && p.len == want[i].len,
+			  "place %u: id %u, bytes %llu+%llu", i, p.id, (unsigned long long)p.off,
+			  (unsigned long long)p.len);
+	}
+	cr_expect_eq(order_next(o, 10, &p), 0);
+	struct order_stats s;
+	order_get_stats(o, &s);
+	cr_expect_eq(s.paths, 4);
+	cr_expect_eq(s.unknown, 1, "a range of a path no file has is counted and skipped");
+
+	/* A read at 150 is the second range's; at 4100 the third's. */
+	char buf[512];
+	order_seen(o, 1, 150);
+	ssize_t r = order_read(o, n, buf, sizeof(buf) - 1, 0);
+	cr_assert_gt(r, 0);
+	buf[r] = 0;
+	cr_expect(strstr(buf, "read up to 2,"), "after a read at 150: %s", buf);
+	order_seen(o, 1, 4100);
+	r = order_read(o, n, buf, sizeof(buf) - 1, 0);
+	buf[r] = 0;
+	cr_expect(strstr(buf, "read up to 3,"), "after a read at 4100: %s", buf);
+	/* Between the ranges: no place of the stream. */
+	order_seen(o, 1, 3000);
+	r = order_read(o, n, buf, sizeof(buf) - 1, 0);
+	buf[r] = 0;
+	cr_expect(strstr(buf, "read up to 3,"), "a read outside every range moved the head: %s", buf);
+
+	static const char *bad[] = {
+		"#range 0 0 f1\n", "#range x 10 f1\n", "#range 10 f1\n", "#range 1 2 /f1\n",
+		"#range 1 2 \n", "#range 18446744073709551615 1 f1\n", "#range 99999999999999999999 1 f1\n",
+		"#range -1 5 f1\n", "#range 1  2 f1\n",
+	};
+	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char line[128];
+		snprintf(line, sizeof(line), "f7\n%s", bad[i]);
+		order_get_stats(o, &s);
+		uint64_t before = s.paths;
+		cr_expect_eq(order_write(o, n, line, strlen(line), 1000 + (off_t)i * 100), -EINVAL, "%s", bad[i]);
+		order_get_stats(o, &s);
+		cr_expect_eq(s.paths, before + 1, "the line before %s was not kept", bad[i]);
+	}
+	/* A new order gives the ranges' room back; the limit holds. */
+	cr_assert_eq(order_truncate(o, n, 0), 0);
+	order_get_stats(o, &s);
+	cr_expect_eq(s.places, 0);
 }

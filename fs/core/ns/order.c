@@ -31,6 +31,12 @@
  *   in a cgroup of its own takes nothing from the daemon's room: counted,
  *   its batches would empty the cache for nothing), at most BATCHES_MAX a
  *   stream, and dropped when the stream ends.
+ * - "#range OFFSET LENGTH PATH" is a place for bytes OFFSET to
+ *   OFFSET + LENGTH of PATH alone (a record reader's slice of a shard):
+ *   kept beside the ids, by place, only for such lines (20 bytes each, at
+ *   most ORDER_MAX_RANGES in all). A read is matched to a ranged place
+ *   only when its offset falls in the range, so consecutive ranges of one
+ *   file move the head one by one.
  * - Node numbers (ns.h): the order bit over the control bit; the slot in
  *   bits 40-47, the slot's generation in 24-39, a lookup counter in 0-23
  *   (each lookup a new node, so the kernel never serves a stale status).
@@ -76,16 +82,25 @@ struct stream {
 	uint64_t batches;           /* its last "#batches" line: bytes of batches in flight */
 	double born;                /* when the stream was created */
 	double added;               /* run seconds its reports added to job_run_us */
+	struct order_range *ranges; /* the "#range" places' byte ranges, by place */
+	uint32_t nranges, rcap;
 	uint32_t uid, gid;          /* its creator */
 	int same_memory;            /* its creator's memory is in the daemon's cgroup */
 	uint64_t room;              /* places this write may still add (ORDER_USER_PATHS) */
 };
+
+/* A place's byte range (packed: 20 bytes, not 24). */
+struct order_range {
+	uint32_t place;
+	uint64_t off, len;
+} __attribute__((packed));
 
 struct order {
 	struct order_opts o;
 	pthread_mutex_t lock;
 	struct stream streams[ORDER_MAX_STREAMS];
 	uint64_t places;            /* in all orders (ORDER_MAX_PATHS at most) */
+	uint64_t ranges;            /* of those, with a byte range (ORDER_MAX_RANGES at most) */
 	uint64_t lookups;           /* node numbers of stream lookups */
 	unsigned turn;              /* order_next's round robin */
 	double born;                /* order_new */
@@ -148,11 +163,15 @@ static void stream_reset(struct order *o, struct stream *s)
 	if (o->o.reset)
 		o->o.reset(o->o.arg, group_of(o, s));
 	o->places -= s->n;
+	o->ranges -= s->nranges;
 	free(s->ids);
 	free(s->seen);
+	free(s->ranges);
 	s->ids = NULL;
 	s->seen = NULL;
+	s->ranges = NULL;
 	s->n = s->cap = 0;
+	s->nranges = s->rcap = 0;
 	s->head = s->issue = s->last = 0;
 	s->unknown = 0;
 	s->part_len = 0;
@@ -268,23 +287,15 @@ static void take_batches(struct stream *s, const char *p, size_t len)
 	s->batches = v < BATCHES_MAX ? v : BATCHES_MAX;
 }
 
-static int take_line(struct order *o, struct stream *s, const char *line, size_t len)
+/* Appends path LINE (LEN bytes) to S's order: 0 and *ADDED (0: no file
+ * has it, counted and skipped), -EINVAL (not a relative path inside the
+ * mount), -EFBIG, -EDQUOT, -ENOMEM. Lock held. */
+static int add_path(struct order *o, struct stream *s, const char *line, size_t len, int *added)
 {
 	uint32_t id;
 
-	while (len && line[len - 1] == '\r')
-		len--;
-	if (len > 6 && !memcmp(line, "#wait ", 6)) {
-		take_wait(o, s, line + 6, len - 6);
-		return 0;
-	}
-	if (len > 9 && !memcmp(line, "#batches ", 9)) {
-		take_batches(s, line + 9, len - 9);
-		return 0;
-	}
-	if (!len || line[0] == '#')
-		return 0;
-	if (line[0] == '/' || memchr(line, '\0', len))
+	*added = 0;
+	if (!len || line[0] == '/' || memchr(line, '\0', len))
 		return -EINVAL;
 	for (size_t i = 0, start = 0; i <= len; i++) {
 		if (i < len && line[i] != '/')
@@ -322,7 +333,88 @@ static int take_line(struct order *o, struct stream *s, const char *line, size_t
 	s->room--;
 	o->places++;
 	o->st.paths++;
+	*added = 1;
 	return 0;
+}
+
+/* "#range OFFSET LENGTH PATH": PATH's bytes OFFSET to OFFSET + LENGTH
+ * (decimal, LENGTH > 0) as one place. 0, or add_path's errors; -EINVAL
+ * when the numbers are malformed, -EFBIG past ORDER_MAX_RANGES. Lock held. */
+static int take_range(struct order *o, struct stream *s, const char *p, size_t len)
+{
+	uint64_t v[2];
+	size_t i = 0;
+	int added, err;
+
+	for (int k = 0; k < 2; k++) {
+		size_t start = i;
+		v[k] = 0;
+		for (; i < len && p[i] >= '0' && p[i] <= '9'; i++) {
+			if (v[k] > (UINT64_MAX - 9) / 10)
+				return -EINVAL;
+			v[k] = v[k] * 10 + (uint64_t)(p[i] - '0');
+		}
+		if (i == start || i >= len || p[i] != ' ')
+			return -EINVAL;
+		i++;
+	}
+	if (!v[1] || v[0] > UINT64_MAX - v[1])
+		return -EINVAL;
+	if (o->ranges >= ORDER_MAX_RANGES)
+		return -EFBIG;
+	if (s->nranges == s->rcap) {
+		uint32_t cap = s->rcap ? s->rcap * 2 : 256;
+		struct order_range *r = realloc(s->ranges, cap * sizeof(*r));
+		if (!r)
+			return -ENOMEM;
+		s->ranges = r;
+		s->rcap = cap;
+	}
+	if ((err = add_path(o, s, p + i, len - i, &added)) < 0 || !added)
+		return err;
+	s->ranges[s->nranges++] = (struct order_range){ .place = s->n - 1, .off = v[0], .len = v[1] };
+	o->ranges++;
+	return 0;
+}
+
+/* PLACE's byte range in S: 1 and *R, or 0 (the whole file). Lock held. */
+static int range_of(const struct stream *s, uint32_t place, const struct order_range **r)
+{
+	uint32_t lo = 0, hi = s->nranges;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (s->ranges[mid].place < place)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo < s->nranges && s->ranges[lo].place == place) {
+		*r = &s->ranges[lo];
+		return 1;
+	}
+	return 0;
+}
+
+static int take_line(struct order *o, struct stream *s, const char *line, size_t len)
+{
+	int added;
+
+	while (len && line[len - 1] == '\r')
+		len--;
+	if (len > 6 && !memcmp(line, "#wait ", 6)) {
+		take_wait(o, s, line + 6, len - 6);
+		return 0;
+	}
+	if (len > 9 && !memcmp(line, "#batches ", 9)) {
+		take_batches(s, line + 9, len - 9);
+		return 0;
+	}
+	if (len >= 7 && !memcmp(line, "#range ", 7))
+		return take_range(o, s, line + 7, len - 7);
+	if (!len || line[0] == '#')
+		return 0;
+	return add_path(o, s, line, len, &added);
 }
 
 int order_new(const struct order_opts *opts, struct order **out)
@@ -347,6 +439,7 @@ void order_free(struct order *o)
 	for (unsigned i = 0; i < ORDER_MAX_STREAMS; i++) {
 		free(o->streams[i].ids);
 		free(o->streams[i].seen);
+		free(o->streams[i].ranges);
 	}
 	pthread_mutex_destroy(&o->lock);
 	free(o);
@@ -497,10 +590,11 @@ ssize_t order_write(struct order *o, uint64_t node, const void *buf, size_t len,
 	}
 	if (err) {
 		log_warn("order %s: %s after %u files; the order keeps them", s->name,
-			 err == -EFBIG ? "more paths than the orders of all streams take (16M)" :
+			 err == -EFBIG ? "more paths (16M) or ranges (1M) than the orders of all streams take" :
 			 err == -EDQUOT ? "more paths than one user's orders take (4M)" :
 			 err == -ENOMEM ? "out of memory" :
-			 "a line is not a path inside the mount (relative, no '..', under 4096 bytes)", s->n);
+			 "a line is not a path inside the mount (relative, no '..', under 4096 bytes), "
+			 "or a #range line is not \"#range OFFSET LENGTH PATH\"", s->n);
 		s->part_len = 0;
 		ret = err;
 	}
@@ -585,8 +679,18 @@ static int is_seen(const struct stream *s, uint32_t q)
 	return s->seen[q / 8] >> (q % 8) & 1;
 }
 
-/* The place of ID in S at or near its readers, or -1. Lock held. */
-static int64_t match(const struct stream *s, uint32_t id)
+/* Whether a read at OFF of place Q's file is a read of place Q: always,
+ * unless Q is a byte range that OFF is not in. Lock held. */
+static int covers(const struct stream *s, uint32_t q, uint64_t off)
+{
+	const struct order_range *r;
+
+	return !s->nranges || !range_of(s, q, &r) || (off >= r->off && off - r->off < r->len);
+}
+
+/* The place of ID in S at or near its readers (a read at OFF), or -1.
+ * Lock held. */
+static int64_t match(const struct stream *s, uint32_t id, uint64_t off)
 {
 	uint32_t from = s->last > NEAR ? s->last - NEAR : 0, to = s->last + NEAR;
 
@@ -595,17 +699,17 @@ static int64_t match(const struct stream *s, uint32_t id)
 	if (to > s->n)
 		to = s->n;
 	for (uint32_t q = from; q < to; q++)
-		if (s->ids[q] == id)
+		if (s->ids[q] == id && covers(s, q, off))
 			return q;
 	from = s->head > ORDER_LAG ? s->head - ORDER_LAG : 0;
 	to = s->head + SEARCH < s->n ? s->head + SEARCH : s->n;
 	for (uint32_t q = from; q < to; q++)
-		if (s->ids[q] == id && !is_seen(s, q))
+		if (s->ids[q] == id && !is_seen(s, q) && covers(s, q, off))
 			return q;
 	return -1;
 }
 
-void order_seen(struct order *o, uint32_t id)
+void order_seen(struct order *o, uint32_t id, uint64_t off)
 {
 	int moved = 0;
 
@@ -614,7 +718,7 @@ void order_seen(struct order *o, uint32_t id)
 		struct stream *s = &o->streams[i];
 		if (!s->used || !s->n)
 			continue;
-		int64_t q = match(s, id);
+		int64_t q = match(s, id, off);
 		if (q < 0)
 			continue;
 		s->seen[q / 8] |= (uint8_t)(1u << (q % 8));
@@ -653,7 +757,12 @@ int order_next(struct order *o, unsigned window, struct order_pick *p)
 			uint32_t place = s->issue++;
 			if (is_seen(s, place))
 				continue;
+			const struct order_range *r;
 			*p = (struct order_pick){ .group = group_of(o, s), .place = place, .id = s->ids[place] };
+			if (s->nranges && range_of(s, place, &r)) {
+				p->off = r->off;
+				p->len = r->len;
+			}
 			found = 1;
 			break;
 		}

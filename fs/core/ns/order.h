@@ -9,7 +9,8 @@
  * expire_s is dropped (order_expire). A line "#wait W R" is a report, not a
  * path: the job's loader waited W of the R seconds it ran (epochfs-run
  * writes one a second); they add up in job_wait_us and job_run_us, never
- * faster than time passes.
+ * faster than time passes. A line "#range OFFSET LENGTH PATH" is a place
+ * for those bytes of PATH alone (a record reader's slice of a shard).
  *
  * Each stream is followed from the reads that reach the daemon
  * (order_seen): a read of a file moves the stream's head to that file's
@@ -27,7 +28,7 @@
  * streams and ORDER_USER_PATHS places.
  *
  * Memory: at most ORDER_MAX_PATHS places in all streams together (5 bytes
- * a place), and a stream's arrays are freed when it starts over, so a
+ * a place) and ORDER_MAX_RANGES byte ranges (20 more bytes each), and a stream's arrays are freed when it starts over, so a
  * stream that once held a long order does not keep its room (4 streams of
  * 16M paths reset: 276 MiB held for nothing before).
  *
@@ -48,6 +49,7 @@
 /* What one user other than the daemon's and root may hold, so that no
  * user's jobs take every slot or place from the others'. */
 #define ORDER_USER_STREAMS 16
+#define ORDER_MAX_RANGES (1u << 20)        /* "#range" places in all streams (20 bytes each) */
 #define ORDER_USER_PATHS (ORDER_MAX_PATHS / 4)
 #define ORDER_LAG 4096u                    /* places behind a head a read is still matched, and
 					    * a fetched item still waits for its reader (a
@@ -113,8 +115,10 @@ int order_getattr(struct order *o, uint64_t node, struct order_attr *a);
 int order_create(struct order *o, uint64_t parent, const char *name, uint32_t uid, uint32_t gid,
 		 unsigned flags, struct order_attr *a);
 /* Order text: LEN, or -EINVAL (a line that is no relative path inside the
- * mount: absolute, '..', an empty component, NUL, over 4095 bytes; the
- * lines before it are kept), -EFBIG (over ORDER_MAX_PATHS in all), -EDQUOT
+ * mount: absolute, '..', an empty component, NUL, over 4095 bytes; a
+ * "#range" line whose OFFSET or LENGTH is no decimal number, or LENGTH 0;
+ * the lines before it are kept), -EFBIG (over ORDER_MAX_PATHS places or
+ * ORDER_MAX_RANGES ranges in all), -EDQUOT
  * (over ORDER_USER_PATHS in the streams of a user other than the daemon's
  * and root). The kernel lets only a stream's owner write to it. */
 ssize_t order_write(struct order *o, uint64_t node, const void *buf, size_t len, off_t off);
@@ -130,13 +134,15 @@ const char *order_dirent(struct order *o, uint64_t pos, char *name, size_t len);
 
 /* ---- following the streams ---- */
 
-/* A reader's read of file ID reached the daemon: the streams that expect
- * it move their heads. */
-void order_seen(struct order *o, uint32_t id);
+/* A reader's read of file ID at byte OFF reached the daemon: the streams
+ * that expect it (a place of the file, or a "#range" place whose range
+ * holds OFF) move their heads. */
+void order_seen(struct order *o, uint32_t id, uint64_t off);
 
 /* One place to fetch. GROUP names the stream (and its incarnation). */
 struct order_pick {
 	uint32_t group, place, id;
+	uint64_t off, len;          /* a "#range" place's bytes; len 0: the whole file */
 };
 /* The next place to fetch, round robin over the streams, within WINDOW
  * places past each head: 1 and *P, or 0 when none has one. */
