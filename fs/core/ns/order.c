@@ -52,66 +52,13 @@
 
 #include "core/ns/ns.h"
 #include "core/ns/order.h"
+#include "core/ns/order_int.h"
 #include "util/clock.h"
 #include "util/log.h"
 
-#define SEARCH 4096u                /* places past the head a read is looked for */
-#define NEAR 64u                    /* places around the last match looked at first */
-#define LINE_MAX_BYTES 4096u
 #define REPORT_SLACK_S 60.0         /* run time a report may claim beyond its stream's age */
 #define STATUS_BYTES 1024
 #define BATCHES_MAX (1ull << 40)    /* "#batches": more than any machine here holds */
-
-struct stream {
-	int used;
-	uint16_t gen;               /* bumped when the slot is reused: old nodes go stale */
-	char name[65];
-	uint32_t *ids;              /* the order */
-	uint8_t *seen;              /* a bit per place: a read of it was seen */
-	uint32_t n, cap;
-	uint32_t head;              /* one past the furthest place seen read */
-	uint32_t last;              /* the place of the last read matched */
-	uint32_t issue;             /* next place to fetch */
-	uint64_t unknown;           /* paths of this order no indexed file has */
-	char part[LINE_MAX_BYTES];  /* a line cut by the end of a write */
-	size_t part_len;
-	size_t text_len;            /* bytes written to this order */
-	double active;              /* last write or matched read */
-	uint64_t epoch;             /* orders written (a new one each truncate / offset 0) */
-	double wait_s, run_s;       /* the stream's last "#wait" report (cumulative) */
-	uint64_t batches;           /* its last "#batches" line: bytes of batches in flight */
-	double born;                /* when the stream was created */
-	double added;               /* run seconds its reports added to job_run_us */
-	struct order_range *ranges; /* the "#range" places' byte ranges, by place */
-	uint32_t nranges, rcap;
-	uint32_t uid, gid;          /* its creator */
-	int same_memory;            /* its creator's memory is in the daemon's cgroup */
-	uint64_t room;              /* places this write may still add (ORDER_USER_PATHS) */
-};
-
-/* A place's byte range (packed: 20 bytes, not 24). */
-struct order_range {
-	uint32_t place;
-	uint64_t off, len;
-} __attribute__((packed));
-
-struct order {
-	struct order_opts o;
-	pthread_mutex_t lock;
-	struct stream streams[ORDER_MAX_STREAMS];
-	uint64_t places;            /* in all orders (ORDER_MAX_PATHS at most) */
-	uint64_t ranges;            /* of those, with a byte range (ORDER_MAX_RANGES at most) */
-	uint64_t lookups;           /* node numbers of stream lookups */
-	unsigned turn;              /* order_next's round robin */
-	double born;                /* order_new */
-	double added;               /* run seconds all reports added */
-	struct order_stats st;
-};
-
-static uint32_t group_of(const struct order *o, const struct stream *s)
-{
-	return (uint32_t)(s - o->streams + 1) << 16 | s->gen;
-}
 
 static uint64_t stream_node(const struct order *o, const struct stream *s)
 {
@@ -192,7 +139,7 @@ static void streams_changed(struct order *o)
 	o->o.streams(o->o.arg, n);
 }
 
-static void stream_end(struct order *o, struct stream *s)
+void order_stream_end(struct order *o, struct stream *s)
 {
 	stream_reset(o, s);
 	s->used = 0;
@@ -377,8 +324,7 @@ static int take_range(struct order *o, struct stream *s, const char *p, size_t l
 	return 0;
 }
 
-/* PLACE's byte range in S: 1 and *R, or 0 (the whole file). Lock held. */
-static int range_of(const struct stream *s, uint32_t place, const struct order_range **r)
+int order_range_of(const struct stream *s, uint32_t place, const struct order_range **r)
 {
 	uint32_t lo = 0, hi = s->nranges;
 
@@ -633,7 +579,7 @@ int order_unlink(struct order *o, uint64_t parent, const char *name, uint32_t ui
 	else if (s->uid != uid && !privileged(uid))
 		ret = -EPERM;
 	else
-		stream_end(o, s);
+		order_stream_end(o, s);
 	pthread_mutex_unlock(&o->lock);
 	return ret;
 }
@@ -670,160 +616,4 @@ const char *order_dirent(struct order *o, uint64_t pos, char *name, size_t len)
 		}
 	pthread_mutex_unlock(&o->lock);
 	return ret;
-}
-
-/* ---- following the streams ---- */
-
-static int is_seen(const struct stream *s, uint32_t q)
-{
-	return s->seen[q / 8] >> (q % 8) & 1;
-}
-
-/* Whether a read at OFF of place Q's file is a read of place Q: always,
- * unless Q is a byte range that OFF is not in. Lock held. */
-static int covers(const struct stream *s, uint32_t q, uint64_t off)
-{
-	const struct order_range *r;
-
-	return !s->nranges || !range_of(s, q, &r) || (off >= r->off && off - r->off < r->len);
-}
-
-/* The place of ID in S at or near its readers (a read at OFF), or -1.
- * Lock held. */
-static int64_t match(const struct stream *s, uint32_t id, uint64_t off)
-{
-	uint32_t from = s->last > NEAR ? s->last - NEAR : 0, to = s->last + NEAR;
-
-	/* Near the last match first: consecutive reads are near neighbours,
-	 * and the rest of a file read in several requests is seen already. */
-	if (to > s->n)
-		to = s->n;
-	for (uint32_t q = from; q < to; q++)
-		if (s->ids[q] == id && covers(s, q, off))
-			return q;
-	from = s->head > ORDER_LAG ? s->head - ORDER_LAG : 0;
-	to = s->head + SEARCH < s->n ? s->head + SEARCH : s->n;
-	for (uint32_t q = from; q < to; q++)
-		if (s->ids[q] == id && !is_seen(s, q) && covers(s, q, off))
-			return q;
-	return -1;
-}
-
-void order_seen(struct order *o, uint32_t id, uint64_t off)
-{
-	int moved = 0;
-
-	pthread_mutex_lock(&o->lock);
-	for (unsigned i = 0; i < ORDER_MAX_STREAMS; i++) {
-		struct stream *s = &o->streams[i];
-		if (!s->used || !s->n)
-			continue;
-		int64_t q = match(s, id, off);
-		if (q < 0)
-			continue;
-		s->seen[q / 8] |= (uint8_t)(1u << (q % 8));
-		if (q >= s->issue)
-			o->st.first++;      /* the reader came before the prefetcher */
-		if (q + 1 > s->head) {
-			s->head = (uint32_t)q + 1;
-			moved = 1;
-		}
-		s->last = (uint32_t)q;
-		s->active = clock_now_coarse();
-	}
-	pthread_mutex_unlock(&o->lock);
-	if (moved && o->o.wake)
-		o->o.wake(o->o.arg);
-}
-
-/* Gives up S's places its readers left LAG behind. Lock held. */
-static void catch_up(struct stream *s)
-{
-	if (s->head > ORDER_LAG && s->issue < s->head - ORDER_LAG)
-		s->issue = s->head - ORDER_LAG;
-}
-
-int order_next(struct order *o, unsigned window, struct order_pick *p)
-{
-	int found = 0;
-
-	pthread_mutex_lock(&o->lock);
-	for (unsigned k = 0; k < ORDER_MAX_STREAMS && !found; k++) {
-		struct stream *s = &o->streams[(o->turn + k) % ORDER_MAX_STREAMS];
-		if (!s->used)
-			continue;
-		catch_up(s);
-		while (s->issue < s->n && (uint64_t)s->issue < (uint64_t)s->head + window) {
-			uint32_t place = s->issue++;
-			if (is_seen(s, place))
-				continue;
-			const struct order_range *r;
-			*p = (struct order_pick){ .group = group_of(o, s), .place = place, .id = s->ids[place] };
-			if (s->nranges && range_of(s, place, &r)) {
-				p->off = r->off;
-				p->len = r->len;
-			}
-			found = 1;
-			break;
-		}
-	}
-	o->turn++;
-	pthread_mutex_unlock(&o->lock);
-	return found;
-}
-
-int order_ready(struct order *o, unsigned window, unsigned batch)
-{
-	int ready = 0;
-
-	pthread_mutex_lock(&o->lock);
-	for (unsigned i = 0; i < ORDER_MAX_STREAMS && !ready; i++) {
-		struct stream *s = &o->streams[i];
-		if (!s->used)
-			continue;
-		catch_up(s);
-		uint64_t to = (uint64_t)s->head + window;
-		if (s->issue >= s->n)
-			continue;
-		if (to > s->n)
-			to = s->n;
-		ready = to >= (uint64_t)s->issue + batch || to == s->n;
-	}
-	pthread_mutex_unlock(&o->lock);
-	return ready;
-}
-
-void order_snapshot(struct order *o, struct order_heads *h)
-{
-	pthread_mutex_lock(&o->lock);
-	for (unsigned i = 0; i < ORDER_MAX_STREAMS; i++) {
-		const struct stream *s = &o->streams[i];
-		h->group[i] = s->used ? group_of(o, s) : 0;
-		h->head[i] = s->head;
-	}
-	pthread_mutex_unlock(&o->lock);
-}
-
-int order_passed(const struct order_heads *h, uint32_t group, uint32_t place)
-{
-	unsigned slot = group >> 16;
-
-	if (!slot || slot > ORDER_MAX_STREAMS || h->group[slot - 1] != group)
-		return 1;                   /* its stream ended or was replaced */
-	return h->head[slot - 1] > ORDER_LAG && place < h->head[slot - 1] - ORDER_LAG;
-}
-
-void order_expire(struct order *o)
-{
-	double t = clock_now_coarse();
-
-	pthread_mutex_lock(&o->lock);
-	for (unsigned i = 0; i < ORDER_MAX_STREAMS; i++) {
-		struct stream *s = &o->streams[i];
-		if (s->used && t - s->active > o->o.expire_s) {
-			log_info("order %s: no read seen for %.0f s; the stream is dropped", s->name, o->o.expire_s);
-			stream_end(o, s);
-		}
-	}
-	pthread_mutex_unlock(&o->lock);
 }
