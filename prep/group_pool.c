@@ -80,8 +80,9 @@
  *   until they close, as a file's pages are a reader's, and waiting on
  *   them would let a consumer that holds its files open stall the
  *   others. Orphans have a limit of their own, the pool's limit
- *   (gpool_orphan): past it, group_pt.c hands no more files. The pool counts a file's bytes like a malloc'd buffer's
- *   otherwise: shmem pages, charged to the daemon's cgroup. */
+ *   (gpool_orphan): past it, group_pt.c hands no more files. The pool
+ *   counts a file's bytes like a malloc'd buffer's otherwise: shmem
+ *   pages, charged to the daemon's cgroup. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -314,12 +315,18 @@ struct spare *gpool_take_spare(struct group *g, size_t len)
 	return NULL;
 }
 
+/* Whether LEN more bytes may be orphaned. Pool lock held. */
+static int orphan_room(const struct group_pool *p, size_t len)
+{
+	return p->orphaned <= p->limit && len <= p->limit - p->orphaned;
+}
+
 int gpool_orphan_fits(struct group *g, size_t len)
 {
 	struct group_pool *p = g->pool;
 
 	pthread_mutex_lock(&p->lock);
-	int fits = p->orphaned <= p->limit && len <= p->limit - p->orphaned;
+	int fits = orphan_room(p, len);
 	pthread_mutex_unlock(&p->lock);
 	return fits;
 }
@@ -327,10 +334,9 @@ int gpool_orphan_fits(struct group *g, size_t len)
 int gpool_orphan(struct group *g, struct gbatch *b)
 {
 	struct group_pool *p = g->pool;
-	int fits;
 
 	pthread_mutex_lock(&p->lock);
-	fits = p->orphaned <= p->limit && b->len <= p->limit - p->orphaned;
+	int fits = orphan_room(p, b->len);
 	if (fits) {
 		p->orphaned += b->len;
 		if (p->orphaned > p->orphaned_peak)
