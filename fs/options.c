@@ -21,7 +21,7 @@ enum {
 	OPT_CACHE_REMOTE, OPT_NO_PEERS, OPT_MANIFEST, OPT_PREFETCH_MEM, OPT_PREFETCH_WINDOW, OPT_ORDER_EXPIRE,
 	OPT_NO_ORDER, OPT_PAGE_CACHE, OPT_NO_MEM_WATCH, OPT_STATE_DIR, OPT_NO_PERSIST, OPT_PERSIST,
 	OPT_CACHE_DIR, OPT_CACHE_DIR_SIZE, OPT_CACHE_DIR_IO, OPT_METRICS_ADDR, OPT_PASSTHROUGH,
-	OPT_REQUEST_SLICE, OPT_READAHEAD, OPT_FUSE_URING,
+	OPT_REQUEST_SLICE, OPT_READAHEAD, OPT_FUSE_URING, OPT_STAND_ASIDE,
 };
 
 static const struct option longopts[] = {
@@ -38,6 +38,7 @@ static const struct option longopts[] = {
 	{ "open", no_argument, NULL, OPT_OPEN },
 	{ "passthrough", required_argument, NULL, OPT_PASSTHROUGH },
 	{ "fuse-uring", required_argument, NULL, OPT_FUSE_URING },
+	{ "stand-aside", required_argument, NULL, OPT_STAND_ASIDE },
 	{ "log", required_argument, NULL, OPT_LOG },
 	{ "cache-size", required_argument, NULL, OPT_CACHE_SIZE },
 	{ "cache-chunk", required_argument, NULL, OPT_CACHE_CHUNK },
@@ -122,6 +123,13 @@ void options_usage(void *fp, const char *prog)
 		"                       reading .prep/), and files no store holds, once the\n"
 		"                       cache is full, are read by the kernel from SOURCE too\n"
 		"                       (not with peers, --cache-dir or --manifest)\n"
+		"      --stand-aside auto|off  where every file can be read from SOURCE by\n"
+		"                       passthrough (--passthrough on, in effect), the daemon\n"
+		"                       times the job's opens with and without the cache once\n"
+		"                       it is warm, and where the cache does not make the job\n"
+		"                       faster (a job bound by its own CPU) it stands aside:\n"
+		"                       the kernel reads every file from SOURCE and the cache\n"
+		"                       gives its memory back (auto, the default); off: never\n"
 		"      --fuse-uring auto|on|off  take the kernel's requests over io_uring\n"
 		"                       (FUSE over io_uring: Linux 6.14+, one ring thread a\n"
 		"                       CPU, no read()/write() a request) instead of\n"
@@ -541,6 +549,14 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 		case OPT_PASSTHROUGH:
 			if ((o->passthrough = auto_on_off(optarg)) < 0)
 				FAIL("--passthrough %s: expected auto, on or off", optarg);
+			break;
+		case OPT_STAND_ASIDE:
+			if (!strcmp(optarg, "off"))
+				o->no_stand_aside = 1;
+			else if (strcmp(optarg, "auto"))
+				FAIL("--stand-aside %s: expected auto or off", optarg);
+			else
+				o->no_stand_aside = 0;
 			break;
 		case OPT_FUSE_URING:
 			if ((o->fuse_uring = auto_on_off(optarg)) < 0)

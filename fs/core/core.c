@@ -307,12 +307,12 @@ static void options_text(struct core *c)
 	snprintf(c->options, sizeof(c->options),
 		 "cache-size=%llu cache-chunk=%u persist=%s cache-dirs=%u prefetch-mem=%llu prefetch-window=%u "
 		 "order=%s page-cache=%s mem-watch=%s timeout=%g verify=%s manifest=%s prep=%s peers=%s "
-		 "passthrough=%s",
+		 "passthrough=%s stand-aside=%s",
 		 (unsigned long long)core_cache_capacity(c), c->chunk, persist[o->persist % 3], o->ncache_dirs,
 		 (unsigned long long)o->prefetch_mem, o->prefetch_window ? o->prefetch_window : PREFETCH_DEFAULT_WINDOW,
 		 o->no_order ? "off" : "on", page[o->page_cache % 3], o->no_mem_watch ? "off" : "on", o->timeout,
 		 o->verify ? "on" : "off", c->man ? "on" : "off", c->prep ? "on" : "off",
-		 c->peer.owns ? "on" : "off", pt[o->passthrough % 3]);
+		 c->peer.owns ? "on" : "off", pt[o->passthrough % 3], o->no_stand_aside ? "off" : "auto");
 }
 
 /* ---- .epochfs/order/, staging and the prefetcher ---- */

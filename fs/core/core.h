@@ -109,6 +109,7 @@ struct core_opts {
 	int cache_dir_buffered;     /* the tier read through its page cache, not O_DIRECT */
 	const char *metrics_addr;   /* serve /metrics and /stats.json over HTTP here (NULL: no) */
 	int passthrough;            /* enum core_passthrough_mode */
+	int no_stand_aside;         /* --stand-aside off: the cache never stands aside (aside.h) */
 };
 
 /* The memory the daemon may use (0 if unknown): physical memory, or its

@@ -17,6 +17,7 @@
 
 /* The modules the core wires together: each file includes the headers of
  * those it uses. */
+struct aside;
 struct cache;
 struct httpd;
 struct index;
@@ -63,6 +64,9 @@ struct core {
 	const char *passthrough;    /* atomic: stats.json's passthrough; NULL until INIT */
 	const char *pt_avail;       /* atomic: stats.json's passthrough_available; NULL until INIT */
 	struct pt_opens *opens;     /* the open large files by node, while the mount uses passthrough */
+	struct aside *aside;        /* atomic, set once at INIT: whether the cache stands aside
+				     * (aside.h); NULL: not for this mount */
+	char aside_why[160];        /* stats.json's stand_aside when off: why */
 	int served;                 /* core_start() succeeded: a later core_close() is a clean stop */
 	struct tier *tier;          /* the SSD tier (the first source, and a store); NULL: none */
 	struct maint *maint;        /* the cache's background thread; NULL: none */

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/aside.h"
 #include "core/core_int.h"
 #include "core/memory.h"
 #include "core/ns/order.h"
@@ -332,7 +333,7 @@ static void tick(struct memory *p)
 	struct memory_out out;
 	struct cache_stats cs = { 0 };
 	enum memory_state was = p->pol.state;
-	uint64_t given = 0;
+	uint64_t given = 0, aside_back = 0;
 
 	if (memwatch_sample(p->mw, &in.mem) < 0)
 		return;
@@ -355,9 +356,12 @@ static void tick(struct memory *p)
 		in.job_batches = os.job_batches;
 	}
 	memory_step(&p->pol, &in, &out);
+	/* Standing aside (aside.h): staging stages nothing while opens go to
+	 * SOURCE; aside, the cache also gives back all it holds, below. */
+	int hold = aside_hold(__atomic_load_n(&c->aside, __ATOMIC_ACQUIRE));
 	uint64_t shrunk = 0;
 	if (c->staging)
-		shrunk = staging_set_limit(c->staging, out.staging_limit);
+		shrunk = staging_set_limit(c->staging, hold ? 0 : out.staging_limit);
 	/* Freed item-sized buffers (staged items, peer frames, the tier's
 	 * queue) stay in malloc's arenas, memory the budget cannot see; they
 	 * go back to the kernel while memory is tight or staging shrank. Not
@@ -374,7 +378,7 @@ static void tick(struct memory *p)
 	__atomic_store_n(&c->drop_delay_ms, out.state == MEMORY_CALM ? MEMORY_DROP_CALM_MS : MEMORY_DROP_TIGHT_MS,
 			 __ATOMIC_RELAXED);
 	__atomic_store_n(&c->drop_copies, out.drop_copies, __ATOMIC_RELAXED);
-	if (c->cache) {
+	if (c->cache && hold != 2) {
 		if (out.state == MEMORY_CALM)
 			cache_set_limit(c->cache, out.admit_limit);
 		else if (was == MEMORY_CALM)
@@ -385,6 +389,17 @@ static void tick(struct memory *p)
 			cache_set_limit(c->cache, cs.used > cs.prefaulted ? cs.used : cs.prefaulted);
 		else if (out.state == MEMORY_PAUSED && out.admit_limit > cs.limit)
 			cache_set_limit(c->cache, out.admit_limit);
+	}
+	if (c->cache && hold == 2) {
+		/* Aside: nothing admitted, nothing prefaulted, every byte back
+		 * (what a reader is copying, at the next tick). */
+		cache_set_limit(c->cache, 0);
+		if (cs.used || cs.prefaulted) {
+			aside_back = cache_give_back(c->cache, cs.used + cs.prefaulted);
+			if (aside_back)
+				log_info("stand-aside: the cache gave back %.1f MiB", (double)aside_back / MIB);
+		}
+		out.give_back = 0;
 	}
 	int empties = 0;            /* given from the arena's unfilled pages, no item */
 	if (c->cache && out.give_back) {
@@ -440,6 +455,7 @@ static void tick(struct memory *p)
 	p->st.drop_copies = out.drop_copies;
 	p->st.state = out.state;
 	p->st.given_back += given;
+	p->st.aside_given += aside_back;
 	p->st.own = in.mem.own;
 	p->st.job_peak = p->pol.job_peak;
 	if (p->pol.last_job > p->st.job_max)

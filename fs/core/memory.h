@@ -162,6 +162,7 @@ struct memory_stats {
 	uint64_t job_max, own_max;  /* the most the job, and the daemon, were seen to use */
 	uint64_t job_batches;       /* gauge: 4, the batches the jobs said they may hold */
 	uint64_t guard_gives;       /* times the daemon gave back for being over its ceiling */
+	uint64_t aside_given;       /* bytes of cache given back to stand aside (aside.h) */
 };
 
 /* Starts watching for core C (whose cache, if any, it pauses and shrinks,

@@ -12,6 +12,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "core/aside.h"
 #include "core/core_int.h"
 #include "core/ns/order.h"
 #include "core/ns/prepdir.h"
@@ -94,6 +95,23 @@ int core_samples(struct core *c, struct sample *out, int max)
 					    .text = pa ? pa : "unknown: the kernel has not connected yet" };
 	GAUGE("passthrough_open_files", "Files open now whose reads the kernel serves from the RAM cache",
 	      core_pt_open_files(c));
+	struct aside *as = __atomic_load_n(&c->aside, __ATOMIC_ACQUIRE);
+	struct aside_policy ap = { 0 };
+	if (as)
+		aside_get(as, &ap);
+	if (n < max)
+		out[n++] = (struct sample){ .name = "stand_aside", .kind = SAMPLE_INFO,
+					    .help = "Whether the cache stands aside where it does not make the job "
+						    "faster: its phase (warming, serving, trial, aside), or off and why",
+					    .text = as ? aside_phase_name(ap.phase)
+						: c->aside_why[0] ? c->aside_why : "off: the kernel has not connected yet" };
+	COUNTER("aside_trials", "Trials of the job's opens with and without the cache", ap.trials);
+	COUNTER("aside_stood", "Times the cache stood aside (it did not make the job faster)", ap.stood);
+	COUNTER("aside_came_back", "Times the cache came back from aside (the job slowed)", ap.came_back);
+	GAUGE("aside_cache_gap_ns", "The last trial: the job's time between opens, served from the cache",
+	      (uint64_t)(ap.cache_gap * 1e9));
+	GAUGE("aside_source_gap_ns", "The last trial: the job's time between opens, read from SOURCE",
+	      (uint64_t)(ap.source_gap * 1e9));
 	const char *tr = __atomic_load_n(&c->transport, __ATOMIC_ACQUIRE);
 	if (n < max)
 		out[n++] = (struct sample){ .name = "fuse_transport", .kind = SAMPLE_INFO,
@@ -222,6 +240,7 @@ int core_samples(struct core *c, struct sample *out, int max)
 	      ms.ceiling);
 	COUNTER("mem_guard_gives", "Times the cache gave back at once, the daemon over its ceiling",
 		ms.guard_gives);
+	COUNTER("aside_given_bytes", "Bytes of cache given back to stand aside", ms.aside_given);
 	struct prefetch_stats fs = { 0 };
 	struct order_stats os = { 0 };
 	struct staging_stats ss2 = { 0 };

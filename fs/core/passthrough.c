@@ -50,6 +50,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/aside.h"
 #include "core/core_int.h"
 #include "core/ns/ns.h"
 #include "core/ns/prepdir.h"
@@ -58,6 +59,7 @@
 #include "store/maint.h"
 #include "store/staging.h"
 #include "store/storage.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 #define PT_BUCKETS 1024u
@@ -212,6 +214,26 @@ int core_passthrough_start(struct core *c, int offered)
 			maint_set_prefault_limit(c->maint, c->cache_need);
 		}
 	}
+	/* Standing aside (aside.h): every open may go to SOURCE, and the
+	 * memory watcher gives the cache's memory back. */
+	if (c->opts.no_stand_aside)
+		snprintf(c->aside_why, sizeof(c->aside_why), "off: --stand-aside off");
+	else if (!use || !c->pt_source)
+		snprintf(c->aside_why, sizeof(c->aside_why), "off: needs every file readable from SOURCE by "
+			 "passthrough (--passthrough on, in effect; no peers, --cache-dir or --manifest)");
+	else if (!c->memory)
+		snprintf(c->aside_why, sizeof(c->aside_why), "off: --no-mem-watch");
+	else {
+		struct index_totals t;
+		index_totals(c->ix, &t);
+		struct aside *a = aside_new(t.files, c->cache);
+		if (a) {
+			__atomic_store_n(&c->aside, a, __ATOMIC_RELEASE);
+			log_info("stand-aside: once the cache is warm, the job's opens are timed with and "
+				 "without it; where it does not make the job faster, it stands aside");
+		} else
+			snprintf(c->aside_why, sizeof(c->aside_why), "off: out of memory");
+	}
 	snprintf(c->pt_avail_text, sizeof(c->pt_avail_text), "%s", avail);
 	__atomic_store_n(&c->pt_avail, c->pt_avail_text, __ATOMIC_RELEASE);
 	__atomic_store_n(&c->passthrough, c->passthrough_text, __ATOMIC_RELEASE);
@@ -269,6 +291,8 @@ int core_open_file(struct core *c, uint64_t node, int flags, const struct core_b
 	    (a->flags & CORE_F_DIRECT_IO) || (a->size < CORE_PT_MIN_SIZE && !c->pt_source))
 		return 0;
 	struct index_version v = { .ino = a->ino, .size = a->size, .mtime_ns = a->mtime_ns, .ctime_ns = a->ctime_ns };
+	struct aside *as = __atomic_load_n(&c->aside, __ATOMIC_ACQUIRE);
+	aside_open(as, clock_now());
 	pthread_mutex_lock(&o->lock);
 	for (n = *chain(o, node); n && n->node != node; n = n->next)
 		;
@@ -286,7 +310,8 @@ int core_open_file(struct core *c, uint64_t node, int flags, const struct core_b
 		n->pt++;
 	} else if (!n->copy) {
 		int fd = a->size >= CORE_PT_MIN_SIZE ? cache_backing_fd(c->cache, core_data_id(node), &v) : -1;
-		if (fd < 0 && c->pt_source && from_source(c, core_data_id(node), &v) &&
+		/* Standing aside (or a trial's window from SOURCE): every file. */
+		if (fd < 0 && c->pt_source && (aside_to_source(as) || from_source(c, core_data_id(node), &v)) &&
 		    (fd = source_fd(c, core_data_id(node), &v)) >= 0)
 			src = 1;
 		if (fd >= 0) {
@@ -512,6 +537,8 @@ unsigned core_pt_open_files(struct core *c)
 
 void core_pt_free(struct core *c)
 {
+	aside_free(c->aside);
+	c->aside = NULL;
 	if (!c->opens)
 		return;
 	for (unsigned i = 0; i < PT_BUCKETS; i++)

@@ -355,3 +355,20 @@ Test(options, fuse_uring_options)
 	cr_expect_eq(parse(&o, err, "--fuse-uring", "1", "s", "m", NULL), -EINVAL);
 	cr_expect(strstr(err, "--fuse-uring 1: expected auto, on or off"), "%s", err);
 }
+
+Test(options, stand_aside_options)
+{
+	struct options o;
+	char err[256];
+
+	cr_assert_eq(parse(&o, err, "s", "m", NULL), 0);
+	cr_expect_eq(o.no_stand_aside, 0, "auto by default");
+	cr_assert_eq(parse(&o, err, "--stand-aside", "off", "s", "m", NULL), 0);
+	cr_expect_eq(o.no_stand_aside, 1);
+	cr_assert_eq(parse(&o, err, "s", "m", "-o", "stand_aside=off", NULL), 0, "%s", err);
+	cr_expect_eq(o.no_stand_aside, 1);
+	cr_assert_eq(parse(&o, err, "--stand-aside", "off", "--stand-aside", "auto", "s", "m", NULL), 0);
+	cr_expect_eq(o.no_stand_aside, 0, "the last one wins");
+	cr_expect_eq(parse(&o, err, "--stand-aside", "on", "s", "m", NULL), -EINVAL);
+	cr_expect(strstr(err, "--stand-aside on: expected auto or off"), "%s", err);
+}
