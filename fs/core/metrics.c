@@ -103,8 +103,10 @@ int core_samples(struct core *c, struct sample *out, int max)
 		out[n++] = (struct sample){ .name = "stand_aside", .kind = SAMPLE_INFO,
 					    .help = "Whether the cache stands aside where it does not make the job "
 						    "faster: its phase (warming, serving, trial, aside), or off and why",
+					    /* aside_why is written before passthrough is published */
 					    .text = as ? aside_phase_name(ap.phase)
-						: c->aside_why[0] ? c->aside_why : "off: the kernel has not connected yet" };
+						: pt && c->aside_why[0] ? c->aside_why
+						: "off: the kernel has not connected yet" };
 	COUNTER("aside_trials", "Trials of the job's opens with and without the cache", ap.trials);
 	COUNTER("aside_stood", "Times the cache stood aside (it did not make the job faster)", ap.stood);
 	COUNTER("aside_came_back", "Times the cache came back from aside (the job slowed)", ap.came_back);
