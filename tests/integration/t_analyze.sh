@@ -10,7 +10,7 @@
 # measured before, and a job whose sampler has no length: no run drains
 # it. Skipped without python3-torchvision.
 . "$(dirname "$0")/lib.sh"
-plain_pass_only "the analyzer is Python; the daemon paths it reads (reads, stats, the order channel) run under the sanitizers in t_run.sh and t_stat.sh"
+plain_pass_only "the analyzer is Python; the daemon paths it reads (reads, stats, the order channel) run under the sanitizers in t_prefetch.sh and t_stat.sh"
 PY=/usr/bin/python3
 $PY -c 'import torch, torchvision' 2>/dev/null || skip "python3-torchvision is not installed"
 AN=$ROOT/$BUILD/epochfs-analyze

@@ -12,6 +12,7 @@
 # job that never imports torch has the modules and sys.path it has without
 # it. Skipped where python3-torchvision is not installed.
 . "$(dirname "$0")/lib.sh"
+plain_pass_only "epochfs-run's hook is Python (torch's loaders); the daemon's order channel, prefetcher and staging run under the sanitizers in t_prefetch.sh"
 PY=/usr/bin/python3
 $PY -c 'import torch, torchvision' 2>/dev/null || skip "python3-torchvision is not installed"
 RUN=$ROOT/$BUILD/epochfs-run
