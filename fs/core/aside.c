@@ -141,8 +141,10 @@ enum aside_event aside_window(struct aside_policy *p, double gap, uint32_t opens
 	case ASIDE_ASIDE:
 		p->slow = gap > p->ref * ASIDE_BACK ? p->slow + 1 : 0;
 		if (p->slow >= 2) {
-			/* The cache comes back and fills again: warming, an epoch
-			 * long at least, then a trial after the backoff. */
+			/* The cache comes back and fills again: warming (an
+			 * epoch at least), then a trial; the wait after a lost
+			 * trial doubles, so a job that swings between the two
+			 * is tried less and less often. */
 			p->phase = ASIDE_WARMING;
 			p->since = 0;
 			p->came_back++;
