@@ -97,7 +97,7 @@ CORE_SRC := fs/util/log.c fs/util/memwatch.c fs/util/notify.c fs/util/trust.c fs
 	    fs/core/metrics.c fs/core/passthrough.c fs/core/stats.c fs/core/watch.c fs/core/where.c \
 	    fs/core/ns/control.c fs/core/ns/order.c fs/core/ns/order_follow.c fs/core/ns/prepdir.c fs/core/ns/prepspec.c \
 	    fs/core/ns/ns_control.c fs/core/ns/ns_order.c fs/core/ns/ns_prep.c \
-	    fs/store/index.c fs/store/path.c fs/store/storage.c fs/store/cache.c fs/store/cache_mem.c fs/store/backing.c fs/store/maint.c fs/store/staging.c \
+	    fs/store/index.c fs/store/path.c fs/store/storage.c fs/store/cache.c fs/store/cache_mem.c fs/store/backing.c fs/store/maint.c fs/store/staging.c fs/store/spread.c \
 	    fs/store/manifest.c fs/store/manifest_build.c fs/store/persist.c fs/store/persist_table.c fs/store/persist_states.c \
 	    fs/store/tier.c fs/store/tier_write.c \
 	    fs/cluster/owner.c fs/cluster/cluster.c fs/cluster/proto.c fs/cluster/peer.c \

@@ -373,6 +373,7 @@ int main(int argc, char **argv)
 		.cache_dir_sizes = o.cache_dir_sizes, .ncache_dir_sizes = o.ncache_dir_sizes,
 		.cache_dir_buffered = o.cache_dir_buffered, .metrics_addr = o.metrics_addr,
 		.passthrough = o.passthrough, .no_stand_aside = o.no_stand_aside,
+		.spread = o.spread,
 	};
 	/* Before core_open(): the SSD tier's completion thread starts there. */
 	sched_slice_configure((uint64_t)o.request_slice_us * 1000);

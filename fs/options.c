@@ -21,7 +21,7 @@ enum {
 	OPT_CACHE_REMOTE, OPT_NO_PEERS, OPT_MANIFEST, OPT_PREFETCH_MEM, OPT_PREFETCH_WINDOW, OPT_ORDER_EXPIRE,
 	OPT_NO_ORDER, OPT_PAGE_CACHE, OPT_NO_MEM_WATCH, OPT_STATE_DIR, OPT_NO_PERSIST, OPT_PERSIST,
 	OPT_CACHE_DIR, OPT_CACHE_DIR_SIZE, OPT_CACHE_DIR_IO, OPT_METRICS_ADDR, OPT_PASSTHROUGH,
-	OPT_REQUEST_SLICE, OPT_READAHEAD, OPT_FUSE_URING, OPT_STAND_ASIDE,
+	OPT_REQUEST_SLICE, OPT_READAHEAD, OPT_FUSE_URING, OPT_STAND_ASIDE, OPT_SPREAD,
 };
 
 static const struct option longopts[] = {
@@ -39,6 +39,7 @@ static const struct option longopts[] = {
 	{ "passthrough", required_argument, NULL, OPT_PASSTHROUGH },
 	{ "fuse-uring", required_argument, NULL, OPT_FUSE_URING },
 	{ "stand-aside", required_argument, NULL, OPT_STAND_ASIDE },
+	{ "spread", required_argument, NULL, OPT_SPREAD },
 	{ "log", required_argument, NULL, OPT_LOG },
 	{ "cache-size", required_argument, NULL, OPT_CACHE_SIZE },
 	{ "cache-chunk", required_argument, NULL, OPT_CACHE_CHUNK },
@@ -130,6 +131,9 @@ void options_usage(void *fp, const char *prog)
 		"                       faster (a job bound by its own CPU) it stands aside:\n"
 		"                       the kernel reads every file from SOURCE and the cache\n"
 		"                       gives its memory back (auto, the default); off: never\n"
+		"      --spread on|off  a cache smaller than the dataset holds the same share of\n"
+		"                       every part of each file of 4 chunks or more: for shard\n"
+		"                       jobs the disk holds back (off, the default: first come)\n"
 		"      --fuse-uring auto|on|off  take the kernel's requests over io_uring\n"
 		"                       (FUSE over io_uring: Linux 6.14+, one ring thread a\n"
 		"                       CPU, no read()/write() a request) instead of\n"
@@ -289,6 +293,12 @@ _Static_assert(OPTIONS_URING_AUTO == 0 && OPTIONS_URING_ON == 1 && OPTIONS_URING
 static int auto_on_off(const char *s)
 {
 	return !strcmp(s, "auto") ? 0 : !strcmp(s, "on") ? 1 : !strcmp(s, "off") ? 2 : -1;
+}
+
+/* 1 for the word ONE, 0 for ZERO, else -1. */
+static int one_of_two(const char *s, const char *one, const char *zero)
+{
+	return !strcmp(s, one) ? 1 : !strcmp(s, zero) ? 0 : -1;
 }
 
 static int parse_seconds(const char *s, double *out)
@@ -551,12 +561,12 @@ int options_parse(int argc, char **argv, struct options *o, char *err, size_t er
 				FAIL("--passthrough %s: expected auto, on or off", optarg);
 			break;
 		case OPT_STAND_ASIDE:
-			if (!strcmp(optarg, "off"))
-				o->no_stand_aside = 1;
-			else if (strcmp(optarg, "auto"))
+			if ((o->no_stand_aside = one_of_two(optarg, "off", "auto")) < 0)
 				FAIL("--stand-aside %s: expected auto or off", optarg);
-			else
-				o->no_stand_aside = 0;
+			break;
+		case OPT_SPREAD:
+			if ((o->spread = one_of_two(optarg, "on", "off")) < 0)
+				FAIL("--spread %s: expected on or off", optarg);
 			break;
 		case OPT_FUSE_URING:
 			if ((o->fuse_uring = auto_on_off(optarg)) < 0)

@@ -29,6 +29,7 @@ struct options {
 	int passthrough;            /* --passthrough: enum core_passthrough_mode (0: auto) */
 	int fuse_uring;             /* --fuse-uring: OPTIONS_URING_* (0: auto) */
 	int no_stand_aside;         /* --stand-aside off */
+	int spread;                 /* --spread on */
 	int cache_size_set;         /* --cache-size given (else the default) */
 	uint64_t cache_size;        /* bytes; 0 disables the RAM cache */
 	uint64_t cache_chunk;       /* item size for large files */

@@ -130,6 +130,48 @@ static int persist_setup(struct core *c, const struct core_opts *o, uint64_t cap
 	return 1;
 }
 
+/* A cache of CAP bytes that cannot hold the dataset holds an even share of
+ * each large file (store/spread.h) with --spread on. Large files are
+ * then never held whole, so none is placed in a backing for passthrough
+ * (docs/design.md, "Spreading the cache through large files"). */
+static void spread_setup(struct core *c, const struct core_opts *o, uint64_t cap, const struct index_totals *t)
+{
+	uint64_t share = spread_share(cap, c->cache_need);
+	uint64_t large = 0, files = 0;
+	uint32_t n = index_count(c->ix);
+
+	c->spread = 0;
+	if (!o->spread) {
+		snprintf(c->spread_text, sizeof(c->spread_text), "off: first come (--spread on spreads it)");
+		return;
+	}
+	if (!share) {
+		snprintf(c->spread_text, sizeof(c->spread_text), "off: the cache holds the whole dataset");
+		return;
+	}
+	for (uint32_t id = INDEX_ROOT + 1; id <= n; id++) {
+		struct index_attr a;
+		if (index_get(c->ix, id, &a) == 0 && !a.gone && S_ISREG(a.mode) &&
+		    cache_chunks(a.v.size, c->chunk) >= SPREAD_MIN_CHUNKS) {
+			large += a.v.size;
+			files++;
+		}
+	}
+	if (!files) {
+		snprintf(c->spread_text, sizeof(c->spread_text), "off: no file of %u chunks or more",
+			 SPREAD_MIN_CHUNKS);
+		return;
+	}
+	c->spread = share;
+	c->spread_cap = cap;
+	snprintf(c->spread_text, sizeof(c->spread_text),
+		 "on: %.1f%% of each of the %llu files of %u chunks or more (%.0f%% of the dataset's bytes)",
+		 100.0 * (double)share / (double)SPREAD_ONE, (unsigned long long)files, SPREAD_MIN_CHUNKS,
+		 t->bytes ? 100.0 * (double)large / (double)t->bytes : 0.0);
+	log_info("cache spread %s: every part of each large file is read from storage at the same share",
+		 c->spread_text);
+}
+
 /* Sizes and creates the RAM cache. The default is a quarter of RAM, but no
  * more than the dataset needs (items are 64-byte aligned, and files larger
  * than a chunk make one item per chunk). The arena is
@@ -175,7 +217,8 @@ static int cache_setup(struct core *c, const struct core_opts *o)
 			  strerror(-err));
 		return err;
 	}
-	if (c->pt_planned)
+	spread_setup(c, o, cap, &t);
+	if (c->pt_planned && !c->spread)
 		cache_set_backing(c->cache, CORE_PT_MIN_SIZE);
 	if (c->persist)
 		persist_adopt(c->persist, c->cache, persist_resolve, persist_path, c, o->scan_threads);
@@ -307,12 +350,13 @@ static void options_text(struct core *c)
 	snprintf(c->options, sizeof(c->options),
 		 "cache-size=%llu cache-chunk=%u persist=%s cache-dirs=%u prefetch-mem=%llu prefetch-window=%u "
 		 "order=%s page-cache=%s mem-watch=%s timeout=%g verify=%s manifest=%s prep=%s peers=%s "
-		 "passthrough=%s stand-aside=%s",
+		 "passthrough=%s stand-aside=%s spread=%s",
 		 (unsigned long long)core_cache_capacity(c), c->chunk, persist[o->persist % 3], o->ncache_dirs,
 		 (unsigned long long)o->prefetch_mem, o->prefetch_window ? o->prefetch_window : PREFETCH_DEFAULT_WINDOW,
 		 o->no_order ? "off" : "on", page[o->page_cache % 3], o->no_mem_watch ? "off" : "on", o->timeout,
 		 o->verify ? "on" : "off", c->man ? "on" : "off", c->prep ? "on" : "off",
-		 c->peer.owns ? "on" : "off", pt[o->passthrough % 3], o->no_stand_aside ? "off" : "auto");
+		 c->peer.owns ? "on" : "off", pt[o->passthrough % 3], o->no_stand_aside ? "off" : "auto",
+		 o->spread ? "on" : "off");
 }
 
 /* ---- .epochfs/order/, staging and the prefetcher ---- */
@@ -350,6 +394,9 @@ static void order_streams(void *arg, unsigned n)
 		return;
 	uint64_t cap = core_cache_capacity(c), share = memory_staging_share(cap, c->cache_need, c->opts.prefetch_mem);
 	cache_set_reserve(c->cache, n ? share : 0);
+	/* The spread shares what the cache may now take among the files. */
+	if (c->spread_cap)
+		__atomic_store_n(&c->spread, spread_share(cap - (n ? share : 0), c->cache_need), __ATOMIC_RELAXED);
 	if (n && share && c->staging) {
 		struct cache_stats cs;
 		cache_get_stats(c->cache, &cs);
@@ -529,7 +576,8 @@ int core_start(struct core *c)
 	if (c->cache) {
 		struct maint_opts mo = { .scrub_rate = c->opts.scrub_rate,
 					 .prefault_window = c->opts.prefault_window,
-					 .prefault_limit = c->pt_planned ? c->cache_need_small : c->cache_need,
+					 .prefault_limit = c->pt_planned && !c->spread ? c->cache_need_small
+										: c->cache_need,
 					 .cmd = debug_cmd, .arg = c };
 		err = maint_start(c->cache, &mo, &c->maint);
 		if (err < 0) {

@@ -110,6 +110,8 @@ struct core_opts {
 	const char *metrics_addr;   /* serve /metrics and /stats.json over HTTP here (NULL: no) */
 	int passthrough;            /* enum core_passthrough_mode */
 	int no_stand_aside;         /* --stand-aside off: the cache never stands aside (aside.h) */
+	int spread;                 /* --spread on: a cache smaller than the dataset holds an even
+				     * share of each large file (store/spread.h); 0: whole, first come */
 };
 
 /* The memory the daemon may use (0 if unknown): physical memory, or its

@@ -13,7 +13,9 @@
 #include "core/core.h"
 #include "core/ns/control.h"
 #include "core/stats.h"
+#include "store/cache.h"
 #include "store/source.h"
+#include "store/spread.h"
 
 /* The modules the core wires together: each file includes the headers of
  * those it uses. */
@@ -88,6 +90,11 @@ struct core {
 	uint32_t chunk;
 	uint64_t cache_need;        /* arena bytes the whole dataset would take */
 	uint64_t cache_need_small;  /* ... its files under CORE_PT_MIN_SIZE (the rest in backings) */
+	uint64_t spread;            /* atomic: the RAM cache's share of each large file
+				     * (store/spread.h); 0: files are admitted whole, first come.
+				     * Less while staging's share is carved out of the cache */
+	uint64_t spread_cap;        /* the capacity it was set for; 0: no spreading */
+	char spread_text[200];      /* stats.json's cache_spread */
 	double timeout;             /* core_timeout(), settled by core_start() */
 	struct stats stats;
 	struct core_opts opts;
@@ -104,6 +111,17 @@ struct core {
 /* Data nodes: index entry ID at generation GEN. The generation keeps 31
  * bits: bit 63 marks the other namespaces. */
 #define CORE_GEN_MASK 0x7fffffffu
+/* Whether a read of item CHUNK of file ID (SIZE bytes) may admit it into
+ * the RAM cache when it is absent: never on the hit path's lookup with
+ * peers (plan.c asks whether this node owns it), else as the spread says
+ * (store/spread.h: every chunk, unless the cache holds only a share). */
+static inline int core_may_admit(const struct core *c, uint32_t id, uint32_t chunk, uint64_t size)
+{
+	uint64_t share = __atomic_load_n(&c->spread, __ATOMIC_RELAXED);
+
+	return !c->peer.owns && (!share || spread_admits(share, id, chunk, cache_chunks(size, c->chunk)));
+}
+
 static inline uint64_t core_data_node(uint32_t id, uint32_t gen)
 {
 	return ((uint64_t)(gen & CORE_GEN_MASK) << 32) | id;

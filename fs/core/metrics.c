@@ -114,6 +114,15 @@ int core_samples(struct core *c, struct sample *out, int max)
 	      (uint64_t)(ap.cache_gap * 1e9));
 	GAUGE("aside_source_gap_ns", "The last trial: the job's time between opens, read from SOURCE",
 	      (uint64_t)(ap.source_gap * 1e9));
+	if (n < max)
+		out[n++] = (struct sample){ .name = "cache_spread", .kind = SAMPLE_INFO,
+					    .help = "Whether a RAM cache smaller than the dataset holds an even "
+						    "share of each large file (on, the share) or large files whole, "
+						    "first come (off, and why)",
+					    .text = c->spread_text[0] ? c->spread_text : "off: no RAM cache" };
+	GAUGE("cache_spread_share_ppm", "The share of each large file the RAM cache admits now, in "
+	      "millionths (0: whole files, first come)",
+	      (uint64_t)((__atomic_load_n(&c->spread, __ATOMIC_RELAXED) * 1000000u) >> 32));
 	const char *tr = __atomic_load_n(&c->transport, __ATOMIC_ACQUIRE);
 	if (n < max)
 		out[n++] = (struct sample){ .name = "fuse_transport", .kind = SAMPLE_INFO,

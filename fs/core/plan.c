@@ -528,7 +528,8 @@ void plan_read(struct core *c, uint32_t id, const struct index_attr *a, off_t of
 	 * is loading, and then we ask again with one. */
 	if (c->cache) {
 		size_t item_len = cache_chunk_len(a->v.size, c->chunk, chunk);
-		r = cache_get_ex(c->cache, id, chunk, &a->v, item_len, NULL, &ref, !c->peer.owns);
+		r = cache_get_ex(c->cache, id, chunk, &a->v, item_len, NULL, &ref,
+				 core_may_admit(c, id, chunk, a->v.size));
 		if (r == CACHE_HIT) {
 			struct read_ctx hx = { .c = c, .kind = kind, .id = id, .off = off, .len = len,
 					       .item_off = (off_t)chunk * c->chunk, .done = done, .arg = arg };
@@ -572,7 +573,7 @@ void plan_prefetch(struct core *c, uint32_t id, const struct index_attr *a, uint
 
 	if (c->cache) {
 		r = cache_get_ex(c->cache, id, chunk, &a->v, cache_chunk_len(a->v.size, c->chunk, chunk), NULL,
-				 &ref, !c->peer.owns);
+				 &ref, core_may_admit(c, id, chunk, a->v.size));
 		if (r == CACHE_HIT || r == CACHE_WAIT) {
 			cache_put(c->cache, &ref);
 			p->done(p->arg, 0, 1);

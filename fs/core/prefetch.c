@@ -332,8 +332,13 @@ static void issue_file(struct prefetch *pf, const struct order_pick *p)
 		enum cache_result r = cache_get_ex(c->cache, p->id, first, &a.v,
 						   cache_chunk_len(a.v.size, c->chunk, first), NULL, &ref, 0);
 		cache_put(c->cache, &ref);
-		if (r == CACHE_HIT || r == CACHE_WAIT)
-			return;             /* in the RAM cache, or loading into it */
+		/* In the RAM cache, or loading into it; with the cache spread
+		 * through large files (spread.h), the first item says nothing
+		 * of the others: fetch_items() looks at each. */
+		if ((r == CACHE_HIT || r == CACHE_WAIT) &&
+		    (!__atomic_load_n(&c->spread, __ATOMIC_RELAXED) ||
+		     cache_chunks(a.v.size, c->chunk) < SPREAD_MIN_CHUNKS))
+			return;
 	}
 	struct want *w = malloc(sizeof(*w));
 	if (!w)

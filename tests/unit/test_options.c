@@ -1,6 +1,8 @@
 /* Unit tests of the command line. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "core/core.h"
 #include "options.h"
@@ -356,19 +358,38 @@ Test(options, fuse_uring_options)
 	cr_expect(strstr(err, "--fuse-uring 1: expected auto, on or off"), "%s", err);
 }
 
-Test(options, stand_aside_options)
+/* An option of two words (FLAG, or -o ONAME=): none gives 0; SET gives 1,
+ * CLEAR 0, the last one wins, and BAD is refused saying EXPECTED. FIELD
+ * reads the flag parsed. */
+static void two_words(const char *flag, const char *oname, const char *set, const char *clear,
+		      const char *bad, const char *expected, int (*field)(const struct options *))
 {
 	struct options o;
-	char err[256];
+	char err[256], oarg[64], want[128];
 
 	cr_assert_eq(parse(&o, err, "s", "m", NULL), 0);
-	cr_expect_eq(o.no_stand_aside, 0, "auto by default");
-	cr_assert_eq(parse(&o, err, "--stand-aside", "off", "s", "m", NULL), 0);
-	cr_expect_eq(o.no_stand_aside, 1);
-	cr_assert_eq(parse(&o, err, "s", "m", "-o", "stand_aside=off", NULL), 0, "%s", err);
-	cr_expect_eq(o.no_stand_aside, 1);
-	cr_assert_eq(parse(&o, err, "--stand-aside", "off", "--stand-aside", "auto", "s", "m", NULL), 0);
-	cr_expect_eq(o.no_stand_aside, 0, "the last one wins");
-	cr_expect_eq(parse(&o, err, "--stand-aside", "on", "s", "m", NULL), -EINVAL);
-	cr_expect(strstr(err, "--stand-aside on: expected auto or off"), "%s", err);
+	cr_expect_eq(field(&o), 0, "%s: 0 by default", flag);
+	cr_assert_eq(parse(&o, err, flag, set, "s", "m", NULL), 0);
+	cr_expect_eq(field(&o), 1, "%s %s", flag, set);
+	snprintf(oarg, sizeof(oarg), "%s=%s", oname, set);
+	cr_assert_eq(parse(&o, err, "s", "m", "-o", oarg, NULL), 0, "%s", err);
+	cr_expect_eq(field(&o), 1, "-o %s", oarg);
+	cr_assert_eq(parse(&o, err, flag, set, flag, clear, "s", "m", NULL), 0);
+	cr_expect_eq(field(&o), 0, "%s: the last one wins", flag);
+	cr_expect_eq(parse(&o, err, flag, bad, "s", "m", NULL), -EINVAL);
+	snprintf(want, sizeof(want), "%s %s: expected %s", flag, bad, expected);
+	cr_expect(strstr(err, want), "%s", err);
+}
+
+static int no_stand_aside(const struct options *o) { return o->no_stand_aside; }
+static int spread(const struct options *o) { return o->spread; }
+
+Test(options, stand_aside_options)
+{
+	two_words("--stand-aside", "stand_aside", "off", "auto", "on", "auto or off", no_stand_aside);
+}
+
+Test(options, spread_options)
+{
+	two_words("--spread", "spread", "on", "off", "auto", "on or off", spread);
 }

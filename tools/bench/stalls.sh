@@ -71,7 +71,12 @@
 # and batches); the reader configurations are skipped (they read files),
 # and run/runsplit run the job with --tell-order instead of under
 # epochfs-run (whose hook sees no order in an IterableDataset: each worker
-# tells its own shards, docs/prefetch.md).
+# tells its own shards, docs/prefetch.md). STALL_WDS_ARGS: the arguments
+# of that job beyond these ("--shuffle-buffer 100" unless set: a buffer
+# small against the 2,000 samples a worker reads an epoch at W = 2, as
+# webdataset's 1,000 is against a worker's share of a real dataset, 160,000
+# for ImageNet's 1.28 M images over 8 workers; the job's own 1,000 here is
+# half a worker's epoch, read before the buffer hands out one for one).
 # Where the cgroup v2 hierarchy is mounted beside v1 (/sys/fs/cgroup/unified),
 # job and daemon also share a v2 cgroup: the memory pressure (PSI) the
 # analyzer reads is then theirs, not the machine's.
@@ -189,6 +194,10 @@ umount_ep() {
 job() {
 	local name=$1 dir=$2 workers=$3 cmd
 	cmd=($PY "$JOB" "$dir" --workers "$workers" --epochs "$EPOCHS")
+	if [ "$SHARDS" -gt 0 ]; then
+		# shellcheck disable=SC2206
+		cmd+=(${STALL_WDS_ARGS---shuffle-buffer 100})
+	fi
 	case "${4:-}" in
 	run) if [ "$SHARDS" -gt 0 ]; then cmd+=(--tell-order); else cmd=("$BUILD/epochfs-run" -q -- "${cmd[@]}"); fi ;;
 	reader) cmd=($PY tools/bench/order_reader.py "$dir" --epochs "$EPOCHS") ;;

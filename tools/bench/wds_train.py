@@ -3,7 +3,7 @@ epoch: the shard job of make bench part 7 (tools/bench/stalls.sh with
 STALL_SHARDS=K; shards made by tools/bench/wds_pack.py).
 
     wds_train.py DIR [--workers W] [--epochs E] [--batch B] [--seed S]
-                 [--shuffle-buffer N] [--tell-order]
+                 [--shuffle-buffer N] [--shuffle-initial M] [--tell-order]
 
 What the webdataset library does for `WebDataset(urls, shardshuffle=True)
 .shuffle(N).decode("pil").to_tuple("jpg", "cls").map_tuple(transform,
@@ -17,6 +17,13 @@ RandomResizedCrop(224) + RandomHorizontalFlip + ToTensor + Normalize.
 DataLoader batches of 64 (non-persistent workers). Prints one JSON line per
 epoch as tv_train.py does: epoch, seconds, images, waited (the time spent
 in next(), the stall), shards.
+
+The shuffle buffer behaves as webdataset's (tools/bench/wds_shuffle.py):
+it hands out samples once it holds M (--shuffle-initial, 100), and takes
+two from the shards for each it hands out until it holds N
+(--shuffle-buffer, 1000), then one for one. Until 2026-11-28 this job
+filled all N before handing out any: N = 1000 of the 2,000 samples a
+worker has here is half its epoch read with nothing decoded.
 
 --tell-order: DIR is an epochfs mount, and each worker writes its shards
 for the epoch, in the order it will read them, to its own stream of the
@@ -36,6 +43,7 @@ import torch
 import torchvision.transforms as T
 from PIL import Image
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from wds_shuffle import shuffled
 
 ap = argparse.ArgumentParser()
 ap.add_argument("root")
@@ -44,6 +52,7 @@ ap.add_argument("--epochs", type=int, default=3)
 ap.add_argument("--batch", type=int, default=64)
 ap.add_argument("--seed", type=int, default=0)
 ap.add_argument("--shuffle-buffer", type=int, default=1000)
+ap.add_argument("--shuffle-initial", type=int, default=100)
 ap.add_argument("--tell-order", action="store_true")
 a = ap.parse_args()
 torch.manual_seed(a.seed)
@@ -82,22 +91,14 @@ class Shards(IterableDataset):
         order = list(self.urls)
         random.Random(a.seed * 1000003 + self.epoch).shuffle(order)
         rng = random.Random((a.seed * 1000003 + self.epoch) * 64 + wid)
-        buf = []
         mine = order[wid::nw]
         stream = None
         if a.tell_order and mine:
             stream = os.path.join(a.root, ".epochfs/order", "wds-%d-w%d" % (os.getppid(), wid))
             with open(stream, "w") as o:
                 o.write("".join(os.path.relpath(u, a.root) + "\n" for u in mine))
-        for url in mine:
-            for _, s in samples(url):
-                if "jpg" not in s or "cls" not in s:
-                    continue
-                buf.append(s)
-                if len(buf) >= a.shuffle_buffer:
-                    yield self.decode(buf.pop(rng.randrange(len(buf))))
-        rng.shuffle(buf)
-        for s in buf:
+        src = (s for url in mine for _, s in samples(url) if "jpg" in s and "cls" in s)
+        for s in shuffled(src, a.shuffle_buffer, a.shuffle_initial, rng):
             yield self.decode(s)
         if stream:
             os.unlink(stream)
