@@ -93,7 +93,7 @@ LIBS = $(PKG_LIBS) -lpthread -lm
 #               the io_uring reader, the metrics server
 CORE_SRC := fs/util/log.c fs/util/memwatch.c fs/util/notify.c fs/util/trust.c fs/util/httpd.c fs/util/clock.c \
 	    fs/util/worker.c fs/util/sched.c fs/util/uring.c fs/options.c \
-	    fs/core/aside.c fs/core/core.c fs/core/nodes.c fs/core/read.c fs/core/plan.c fs/core/prefetch.c fs/core/memory.c \
+	    fs/core/aside.c fs/core/admit.c fs/core/core.c fs/core/nodes.c fs/core/read.c fs/core/plan.c fs/core/prefetch.c fs/core/memory.c \
 	    fs/core/metrics.c fs/core/passthrough.c fs/core/stats.c fs/core/watch.c fs/core/where.c \
 	    fs/core/ns/control.c fs/core/ns/order.c fs/core/ns/order_follow.c fs/core/ns/prepdir.c fs/core/ns/prepspec.c \
 	    fs/core/ns/ns_control.c fs/core/ns/ns_order.c fs/core/ns/ns_prep.c \

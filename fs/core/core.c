@@ -130,48 +130,6 @@ static int persist_setup(struct core *c, const struct core_opts *o, uint64_t cap
 	return 1;
 }
 
-/* A cache of CAP bytes that cannot hold the dataset holds an even share of
- * each large file (store/spread.h) with --spread on. Large files are
- * then never held whole, so none is placed in a backing for passthrough
- * (docs/design.md, "Spreading the cache through large files"). */
-static void spread_setup(struct core *c, const struct core_opts *o, uint64_t cap, const struct index_totals *t)
-{
-	uint64_t share = spread_share(cap, c->cache_need);
-	uint64_t large = 0, files = 0;
-	uint32_t n = index_count(c->ix);
-
-	c->spread = 0;
-	if (!o->spread) {
-		snprintf(c->spread_text, sizeof(c->spread_text), "off: first come (--spread on spreads it)");
-		return;
-	}
-	if (!share) {
-		snprintf(c->spread_text, sizeof(c->spread_text), "off: the cache holds the whole dataset");
-		return;
-	}
-	for (uint32_t id = INDEX_ROOT + 1; id <= n; id++) {
-		struct index_attr a;
-		if (index_get(c->ix, id, &a) == 0 && !a.gone && S_ISREG(a.mode) &&
-		    cache_chunks(a.v.size, c->chunk) >= SPREAD_MIN_CHUNKS) {
-			large += a.v.size;
-			files++;
-		}
-	}
-	if (!files) {
-		snprintf(c->spread_text, sizeof(c->spread_text), "off: no file of %u chunks or more",
-			 SPREAD_MIN_CHUNKS);
-		return;
-	}
-	c->spread = share;
-	c->spread_cap = cap;
-	snprintf(c->spread_text, sizeof(c->spread_text),
-		 "on: %.1f%% of each of the %llu files of %u chunks or more (%.0f%% of the dataset's bytes)",
-		 100.0 * (double)share / (double)SPREAD_ONE, (unsigned long long)files, SPREAD_MIN_CHUNKS,
-		 t->bytes ? 100.0 * (double)large / (double)t->bytes : 0.0);
-	log_info("cache spread %s: every part of each large file is read from storage at the same share",
-		 c->spread_text);
-}
-
 /* Sizes and creates the RAM cache. The default is a quarter of RAM, but no
  * more than the dataset needs (items are 64-byte aligned, and files larger
  * than a chunk make one item per chunk). The arena is
@@ -217,7 +175,7 @@ static int cache_setup(struct core *c, const struct core_opts *o)
 			  strerror(-err));
 		return err;
 	}
-	spread_setup(c, o, cap, &t);
+	core_spread_setup(c, cap, &t);
 	if (c->pt_planned && !c->spread)
 		cache_set_backing(c->cache, CORE_PT_MIN_SIZE);
 	if (c->persist)
@@ -395,8 +353,7 @@ static void order_streams(void *arg, unsigned n)
 	uint64_t cap = core_cache_capacity(c), share = memory_staging_share(cap, c->cache_need, c->opts.prefetch_mem);
 	cache_set_reserve(c->cache, n ? share : 0);
 	/* The spread shares what the cache may now take among the files. */
-	if (c->spread_cap)
-		__atomic_store_n(&c->spread, spread_share(cap - (n ? share : 0), c->cache_need), __ATOMIC_RELAXED);
+	core_spread_budget(c, cap - (n ? share : 0));
 	if (n && share && c->staging) {
 		struct cache_stats cs;
 		cache_get_stats(c->cache, &cs);
@@ -673,6 +630,7 @@ void core_close(struct core *c)
 void core_set_peer_hooks(struct core *c, const struct core_peer_hooks *h)
 {
 	c->peer = *h;
+	core_spread_peers(c);
 }
 
 void core_set_probe(struct core *c, core_probe_fn fn, void *arg)

@@ -94,6 +94,7 @@ struct core {
 				     * (store/spread.h); 0: files are admitted whole, first come.
 				     * Less while staging's share is carved out of the cache */
 	uint64_t spread_cap;        /* the capacity it was set for; 0: no spreading */
+	uint64_t spread_large_need; /* arena bytes the files spread would take whole */
 	char spread_text[200];      /* stats.json's cache_spread */
 	double timeout;             /* core_timeout(), settled by core_start() */
 	struct stats stats;
@@ -121,6 +122,13 @@ static inline int core_may_admit(const struct core *c, uint32_t id, uint32_t chu
 
 	return !c->peer.owns && (!share || spread_admits(share, id, chunk, cache_chunks(size, c->chunk)));
 }
+
+/* admit.c: the spread's setup for a cache of CAP bytes (before serving);
+ * its share for a budget of BUDGET bytes (staging's carve set or lifted);
+ * and its end when peers plug in (core_set_peer_hooks). */
+void core_spread_setup(struct core *c, uint64_t cap, const struct index_totals *t);
+void core_spread_budget(struct core *c, uint64_t budget);
+void core_spread_peers(struct core *c);
 
 static inline uint64_t core_data_node(uint32_t id, uint32_t gen)
 {

@@ -528,8 +528,10 @@ void plan_read(struct core *c, uint32_t id, const struct index_attr *a, off_t of
 	 * is loading, and then we ask again with one. */
 	if (c->cache) {
 		size_t item_len = cache_chunk_len(a->v.size, c->chunk, chunk);
-		r = cache_get_ex(c->cache, id, chunk, &a->v, item_len, NULL, &ref,
-				 core_may_admit(c, id, chunk, a->v.size));
+		int may = core_may_admit(c, id, chunk, a->v.size);
+		r = cache_get_ex(c->cache, id, chunk, &a->v, item_len, NULL, &ref, may);
+		if (r == CACHE_MISS && !may && !c->peer.owns)
+			cache_count_miss(c->cache);     /* the spread left it out (peers ask again) */
 		if (r == CACHE_HIT) {
 			struct read_ctx hx = { .c = c, .kind = kind, .id = id, .off = off, .len = len,
 					       .item_off = (off_t)chunk * c->chunk, .done = done, .arg = arg };

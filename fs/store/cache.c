@@ -401,6 +401,11 @@ enum cache_result cache_get_ex(struct cache *c, uint32_t id, uint32_t chunk,
 	return r;
 }
 
+void cache_count_miss(struct cache *c)
+{
+	INC(c->st.misses);
+}
+
 void cache_put(struct cache *c, struct cache_ref *ref)
 {
 	if (ref->rd) {

@@ -157,6 +157,10 @@ int cache_has_room(struct cache *c, uint64_t len);
  * bytes. Calls the waiters (outside any lock) before returning. */
 void cache_loaded(struct cache *c, struct cache_ref *ref, int ok);
 
+/* Counts a miss the caller decided not to admit (cache_get_ex with
+ * MAY_ADMIT 0 counts nothing for an absent item). */
+void cache_count_miss(struct cache *c);
+
 /* Ends the use of a CACHE_HIT's bytes (nothing for other results). */
 void cache_put(struct cache *c, struct cache_ref *ref);
 

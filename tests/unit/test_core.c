@@ -414,3 +414,60 @@ Test(core_close, stops_the_memory_thread_before_what_it_reads)
 	th_rmrf(d);
 	free(d);
 }
+
+static int owns_all(void *ctx, struct source_item *it)
+{
+	(void)ctx;
+	(void)it;
+	return 1;
+}
+
+static const char *info(struct core *c, const char *name)
+{
+	static struct sample v[600];
+	int n = core_samples(c, v, 600);
+
+	for (int i = 0; i < n; i++)
+		if (!strcmp(v[i].name, name))
+			return v[i].text;
+	cr_assert_fail("no sample %s", name);
+	return NULL;
+}
+
+/* --spread on (store/spread.h, core/admit.c): off by default; with peers
+ * off, and says why; on, a cache of a quarter of a 4 MiB file spreads at
+ * about that share and says so. */
+Test(core_spread, on_off_and_peers)
+{
+	char *d = th_tmpdir(), p[4096];
+	static char buf[4 << 20];
+	struct core *c;
+
+	memset(buf, 'x', sizeof(buf));
+	snprintf(p, sizeof(p), "%s/shard.tar", d);
+	FILE *f = fopen(p, "w");
+	cr_assert(f && fwrite(buf, 1, sizeof(buf), f) == sizeof(buf));
+	fclose(f);
+	struct core_opts o = { .source = d, .cache_size = 1 << 20, .cache_chunk = 256 << 10, .timeout = 3600 };
+	cr_assert_eq(core_open(&o, &c), 0);
+	cr_assert_eq(core_start(c), 0);
+	cr_expect(!strncmp(info(c, "cache_spread"), "off: first come", 15), "%s", info(c, "cache_spread"));
+	core_close(c);
+
+	o.spread = 1;
+	cr_assert_eq(core_open(&o, &c), 0);
+	/* The peers plug in before core_start(), as the daemon's do. */
+	struct core_peer_hooks h = { .owns = owns_all };
+	core_set_peer_hooks(c, &h);
+	cr_assert_eq(core_start(c), 0);
+	cr_expect(!strncmp(info(c, "cache_spread"), "off: with peers", 15), "%s", info(c, "cache_spread"));
+	core_close(c);
+
+	cr_assert_eq(core_open(&o, &c), 0);
+	cr_assert_eq(core_start(c), 0);
+	const char *t = info(c, "cache_spread");
+	cr_expect(!strncmp(t, "on: 2", 5) && strstr(t, "of each of the 1 files"), "%s", t);
+	core_close(c);
+	th_rmrf(d);
+	free(d);
+}
