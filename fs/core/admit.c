@@ -62,7 +62,7 @@ void core_spread_setup(struct core *c, uint64_t cap, const struct index_totals *
 		return;
 	}
 	c->spread = share;
-	c->spread_cap = cap;
+	c->spreading = 1;
 	snprintf(c->spread_text, sizeof(c->spread_text),
 		 "on: %.1f%% of each of the %llu files of %u chunks or more (%.0f%% of the dataset's bytes)",
 		 100.0 * (double)share / (double)SPREAD_ONE, (unsigned long long)files, SPREAD_MIN_CHUNKS,
@@ -73,7 +73,7 @@ void core_spread_setup(struct core *c, uint64_t cap, const struct index_totals *
 
 void core_spread_budget(struct core *c, uint64_t budget)
 {
-	if (c->spread_cap)
+	if (c->spreading)
 		__atomic_store_n(&c->spread, share_of(c, budget), __ATOMIC_RELAXED);
 }
 
@@ -82,8 +82,9 @@ void core_spread_peers(struct core *c)
 	/* With peers each node's cache holds the items it owns (plan.c): no
 	 * spread, and large files go to backings as without it. Before
 	 * core_start(): nothing reads these yet. */
-	if (c->peer.owns && c->spread_cap) {
-		c->spread = c->spread_cap = 0;
+	if (c->peer.owns && c->spreading) {
+		c->spread = 0;
+		c->spreading = 0;
 		snprintf(c->spread_text, sizeof(c->spread_text),
 			 "off: with peers each node's cache holds the items it owns");
 		if (c->pt_planned && c->cache)

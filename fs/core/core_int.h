@@ -93,7 +93,7 @@ struct core {
 	uint64_t spread;            /* atomic: the RAM cache's share of each large file
 				     * (store/spread.h); 0: files are admitted whole, first come.
 				     * Less while staging's share is carved out of the cache */
-	uint64_t spread_cap;        /* the capacity it was set for; 0: no spreading */
+	int spreading;              /* --spread on in effect (core_spread_setup) */
 	uint64_t spread_large_need; /* arena bytes the files spread would take whole */
 	char spread_text[200];      /* stats.json's cache_spread */
 	double timeout;             /* core_timeout(), settled by core_start() */

@@ -33,16 +33,22 @@ static ssize_t rd(uint64_t node, off_t off, size_t len, struct wait *w)
 	return sync_wait(&sw);
 }
 
-static uint64_t sample(const char *name)
+/* Sample NAME of core C (a test fails without it). */
+static const struct sample *find(struct core *c, const char *name)
 {
 	static struct sample v[600];
-	int n = core_samples(core, v, 600);
+	int n = core_samples(c, v, 600);
 
 	for (int i = 0; i < n; i++)
 		if (!strcmp(v[i].name, name))
-			return v[i].u;
+			return &v[i];
 	cr_assert_fail("no sample %s", name);
-	return 0;
+	return NULL;
+}
+
+static uint64_t sample(const char *name)
+{
+	return find(core, name)->u;
 }
 
 static uint64_t storage_bytes(void)
@@ -424,14 +430,7 @@ static int owns_all(void *ctx, struct source_item *it)
 
 static const char *info(struct core *c, const char *name)
 {
-	static struct sample v[600];
-	int n = core_samples(c, v, 600);
-
-	for (int i = 0; i < n; i++)
-		if (!strcmp(v[i].name, name))
-			return v[i].text;
-	cr_assert_fail("no sample %s", name);
-	return NULL;
+	return find(c, name)->text;
 }
 
 /* --spread on (store/spread.h, core/admit.c): off by default; with peers
