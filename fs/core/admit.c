@@ -55,12 +55,12 @@ void core_spread_setup(struct core *c, uint64_t cap, const struct index_totals *
 	}
 	if (c->spread_large_need > c->cache_need)       /* cache_need rounds per file, not per item */
 		c->spread_large_need = c->cache_need;
-	uint64_t share = share_of(c, cap);
 	if (!files) {
 		snprintf(c->spread_text, sizeof(c->spread_text), "off: no file of %u chunks or more",
 			 SPREAD_MIN_CHUNKS);
 		return;
 	}
+	uint64_t share = share_of(c, cap);
 	c->spread = share;
 	c->spreading = 1;
 	snprintf(c->spread_text, sizeof(c->spread_text),
